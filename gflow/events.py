@@ -1,0 +1,228 @@
+"""Kinks of the gradient field: activation modes, one-sided fields, Filippov sliding.
+
+Every hidden pre-activation ``p_k`` (flat index ``k``, see :mod:`gflow.networks`) is in
+one of three *modes*: ``INACTIVE`` (``σ'(p) = 0``, the side ``p ≤ 0``), ``ACTIVE``
+(``σ'(p) = 1``, the side ``p > 0``) or ``SLIDING`` (held on the surface ``p = 0`` by the
+Filippov solution). A mode pattern fixes the *slope* of every hidden unit: 0, 1, or for
+a sliding unit the equivalent control ``c ∈ [0, 1]`` that keeps ``ṗ = 0``. With fixed
+slopes the loss is a polynomial in θ and the field ``−∇L`` is smooth, so the integrator
+works region by region and this module decides, at each zero crossing, what happens
+next (SPEC §2):
+
+- ``a₊``, ``a₋``: ``ṗ_k`` under the field with ``k``'s slope set to 1 and to 0 (every other
+  unit as it is). ``ṗ_k`` is affine in that slope, so the Filippov field on the surface is
+  ``c·a₊ + (1−c)·a₋`` for slope ``c``.
+- Arriving from the active side (``p`` fell to 0): both fields push into the surface
+  (``a₊ < 0 < a₋``) → sliding starts with ``c = a₋/(a₋ − a₊)``; the inactive field
+  does not push back (``a₋ ≤ 0``) → transversal crossing, the unit becomes inactive;
+  the active field no longer pushes into the surface (``a₊ ≥ 0``) → a touch, it stays
+  active (a repelling surface, ``a₊ > 0 > a₋``, is reported as such). Arrivals from the
+  inactive side mirror this.
+- A sliding unit leaves when its control reaches 0 (to the inactive side) or 1 (to the
+  active side).
+
+Signs are decided with a relative tolerance, so round-off at the surface never flips a
+decision back and forth, and the integrator never looks at the sign of ``p`` to pick a
+side: the mode is state, and an event is a sign change of the mode's own *guard*
+(``p`` if active, ``−p`` if inactive, ``min(c, 1 − c)`` if sliding) from positive to
+non-positive inside a step.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["INACTIVE", "ACTIVE", "SLIDING", "Kind"]
+
+INACTIVE, ACTIVE, SLIDING = 0, 1, 2
+_SIGN_TOL = 1e-10  # relative tolerance deciding the sign of a one-sided rate ṗ
+
+
+class Kind(enum.IntEnum):
+    """What happened at a recorded event."""
+
+    CROSS = 0
+    """Transversal crossing: the unit changes side (direction ±1)."""
+    SLIDE_START = 1
+    """Both one-sided fields push into the surface: the unit starts sliding (direction 0)."""
+    SLIDE_END = 2
+    """The equivalent control reached 0 or 1: the unit leaves the surface (direction ±1)."""
+    TOUCH = 3
+    """The unit reached the surface tangentially and stays on its side (direction 0)."""
+    REPEL = 4
+    """Both one-sided fields push away from the surface; the unit stays on its side
+    (direction 0). Only possible when starting on the surface."""
+
+
+class System:
+    """The smooth pieces of the gradient field of one network on one data set.
+
+    Built once per (network shape, loss); all methods act on one trajectory (flat
+    parameter vector ``y``) and are vmapped by :mod:`gflow.flow`.
+    """
+
+    def __init__(self, unravel, objective, n, hidden_widths, max_sliding, newton_steps):
+        from .networks import preactivations
+
+        self.unravel = unravel
+        self.objective = objective
+        self.n = n
+        self.hidden_widths = tuple(hidden_widths)
+        self.P = n * sum(hidden_widths)
+        self.K = max_sliding
+        self.newton_steps = newton_steps
+        self._preactivations = preactivations
+
+    # -- pieces ---------------------------------------------------------------------------
+    def _slope_list(self, slopes):
+        from .networks import unflatten_preactivations
+
+        return unflatten_preactivations(slopes, self.n, self.hidden_widths)
+
+    def preacts(self, y, data, slopes=None):
+        X = data[0]
+        s = None if slopes is None else self._slope_list(slopes)
+        return self._preactivations(self.unravel(y), X, s)
+
+    def loss(self, y, data):
+        X, Y, wd = data
+        return self.objective(self.unravel(y), X, Y, wd, None)
+
+    def field(self, y, data, slopes):
+        """``−∇L`` with the given slopes, flat. Shape ``(D,)``."""
+        X, Y, wd = data
+        g = jax.grad(lambda y: self.objective(self.unravel(y), X, Y, wd, self._slope_list(slopes)))(y)
+        return -g
+
+    def field_and_rates(self, y, data, slopes):
+        """The field and ``ṗ`` (all pre-activations' rates of change along it)."""
+        f = self.field(y, data, slopes)
+        _, pdot = jax.jvp(lambda y: self.preacts(y, data, slopes), (y,), (f,))
+        return f, pdot
+
+    @staticmethod
+    def base_slopes(mode, control):
+        return jnp.where(mode == ACTIVE, 1.0, jnp.where(mode == SLIDING, control, 0.0))
+
+    # -- equivalent control -----------------------------------------------------------------
+    def sliding_slots(self, mode):
+        idx = jnp.nonzero(mode == SLIDING, size=self.K, fill_value=self.P)[0]
+        return idx, idx < self.P
+
+    def equivalent_control(self, y, data, mode, warm):
+        """Slopes with every sliding unit's control solved so that all sliding ``ṗ = 0``.
+
+        Newton's method on the (at most ``K``) sliding controls, started from ``warm``;
+        the rates are multilinear in the controls (affine for depth 2, where one step is
+        exact). Returns ``(slopes, control)``, both ``(P,)``; ``control`` holds the
+        solved values at sliding units and ``warm`` elsewhere.
+        """
+        P = self.P
+        idx, valid = self.sliding_slots(mode)
+        base = self.base_slopes(mode, jnp.zeros_like(warm))
+
+        def scatter(cK):
+            return jnp.append(base, 0.0).at[idx].set(jnp.where(valid, cK, 0.0))[:P]
+
+        def residual(cK):
+            _, pdot = self.field_and_rates(y, data, scatter(cK))
+            r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
+            return r, r
+
+        c = jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
+        for _ in range(self.newton_steps):
+            J, r = jax.jacfwd(residual, has_aux=True)(c)
+            c = c - jnp.linalg.solve(J, r)
+        control = jnp.append(warm, 0.0).at[idx].set(jnp.where(valid, c, 0.0))[:P]
+        return scatter(c), control
+
+    def slopes(self, y, data, mode, control, any_sliding):
+        """Slopes for the current modes; solves the sliding controls only when
+        ``any_sliding`` (a batch-wide flag, so that this stays a real branch under vmap)."""
+        return jax.lax.cond(
+            any_sliding,
+            lambda: self.equivalent_control(y, data, mode, control)[0],
+            lambda: self.base_slopes(mode, control),
+        )
+
+    def guards(self, y, data, mode, control, any_sliding):
+        """The event guard of every unit (positive while its mode is valid), ``(P,)``."""
+        p = self.preacts(y, data, self.base_slopes(mode, control))
+        g = jnp.where(mode == ACTIVE, p, -p)
+
+        def with_sliding():
+            _, c = self.equivalent_control(y, data, mode, control)
+            return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g)
+
+        return jax.lax.cond(any_sliding, with_sliding, lambda: g)
+
+    # -- events -----------------------------------------------------------------------------
+    def handle(self, y, data, mode, control, pending, initial=False):
+        """Resolve the units in ``pending`` at state ``y`` (they sit on their surfaces).
+
+        Returns ``(mode, control, pending_left, records)`` where ``records`` is a pair of
+        ``(mask, kind, direction)`` triples of ``(P,)`` arrays: the decisions, then the
+        sliding units that had to leave at once when the controls were solved jointly.
+        ``pending_left`` holds units not handled yet (more than ``K`` at once).
+        """
+        P = self.P
+        _, control = self.equivalent_control(y, data, mode, control)
+        slopes = self.base_slopes(mode, control)
+
+        # Units ending a slide: leave towards the side their control is closest to.
+        ending = pending & (mode == SLIDING)
+        up = control >= 0.5
+        # Units arriving at a surface: one-sided rates, at most K of them per call.
+        idx = jnp.nonzero(pending & (mode != SLIDING), size=self.K, fill_value=P)[0]
+        valid = idx < P
+
+        def rates(k):
+            def rate(value):
+                s = jnp.append(slopes, 0.0).at[k].set(value)[:P]
+                _, pdot = self.field_and_rates(y, data, s)
+                return jnp.append(pdot, 0.0)[k]
+
+            return rate(1.0), rate(0.0)
+
+        a_plus, a_minus = jax.vmap(rates)(idx)
+        tol = _SIGN_TOL * (jnp.abs(a_plus) + jnp.abs(a_minus))
+        plus_pos, plus_neg = a_plus > tol, a_plus < -tol
+        minus_pos, minus_neg = a_minus > tol, a_minus < -tol
+        was_active = jnp.append(mode, INACTIVE)[idx] == ACTIVE
+        slide = plus_neg & minus_pos
+        # From the active side: cross if the inactive field does not push back.
+        down = was_active & ~slide & ((plus_neg & ~minus_pos) | (~plus_pos & minus_neg))
+        # From the inactive side, the mirror image.
+        rise = ~was_active & ~slide & ((minus_pos & ~plus_neg) | (~minus_neg & plus_pos))
+        repel = plus_pos & minus_neg & ~down & ~rise
+        new_mode_q = jnp.where(slide, SLIDING, jnp.where(down, INACTIVE, jnp.where(rise, ACTIVE, jnp.append(mode, 0)[idx])))
+        kind_q = jnp.where(
+            slide, Kind.SLIDE_START, jnp.where(down | rise, Kind.CROSS, jnp.where(repel, Kind.REPEL, Kind.TOUCH))
+        )
+        dir_q = jnp.where(rise, 1, jnp.where(down, -1, 0))
+        c_q = a_minus / jnp.where(slide, a_minus - a_plus, 1.0)
+        record_q = valid & (slide | rise | repel) if initial else valid
+
+        def put(base, values):
+            return jnp.append(base, base[:1]).at[idx].set(jnp.where(valid, values, jnp.append(base, base[:1])[idx]))[:P]
+
+        mode1 = jnp.where(ending, jnp.where(up, ACTIVE, INACTIVE), mode)
+        mode1 = put(mode1, new_mode_q)
+        control1 = put(control, c_q)
+        mask1 = ending | put(jnp.zeros(P, bool), record_q)
+        kind1 = jnp.where(ending, Kind.SLIDE_END, put(jnp.zeros(P, jnp.int32), kind_q.astype(jnp.int32)))
+        dir1 = jnp.where(ending, jnp.where(up, 1, -1), put(jnp.zeros(P, jnp.int32), dir_q.astype(jnp.int32)))
+        handled = ending | put(jnp.zeros(P, bool), valid)
+
+        # Joint controls of the new sliding set; any that fall outside [0, 1] leave now.
+        _, control2 = self.equivalent_control(y, data, mode1, control1)
+        leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0))
+        mode2 = jnp.where(leave, jnp.where(control2 > 1.0, ACTIVE, INACTIVE), mode1)
+        records = (
+            (mask1, kind1, dir1),
+            (leave, jnp.full(P, int(Kind.SLIDE_END), jnp.int32), jnp.where(control2 > 1.0, 1, -1).astype(jnp.int32)),
+        )
+        return mode2.astype(mode.dtype), control2, pending & ~handled, records

@@ -1,0 +1,378 @@
+"""The integrator: exact gradient flow, one adaptive step or one event per iteration.
+
+A batch of trajectories runs as one ``lax.while_loop``. Each iteration, every member
+that is still running either
+
+- attempts one step of a Diffrax Runge–Kutta solver under a Diffrax PID controller
+  (rejected steps shrink and retry), and checks the event guards of *all*
+  pre-activations at the step's end and at ``event_samples − 1`` interior points of the
+  solver's dense interpolant; if a guard changes sign the earliest crossing is located
+  by Illinois root finding on the interpolant, the step is not taken, and the next
+  iteration steps exactly to the crossing; or
+- takes that forced step to the crossing and resolves the crossing there
+  (:meth:`gflow.events.System.handle`): transversal, sliding (Filippov), touch.
+
+So the batch costs as many iterations as its longest member needs steps plus events,
+not the sum over event segments of per-segment maxima. The expensive branches (root
+finding, event handling, equivalent controls, saving) run under ``lax.cond`` on a
+batch-wide predicate, so they cost nothing in iterations where no member needs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import events as ev
+from .losses import objective
+from .solution import Status
+
+_SOLVERS = {"dopri8": diffrax.Dopri8, "dopri5": diffrax.Dopri5, "tsit5": diffrax.Tsit5}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything that fixes the compiled program (one compile per Config and shape)."""
+
+    loss: str
+    solver: str
+    shapes: tuple
+    n: int
+    max_steps: int
+    max_events: int
+    max_sliding: int
+    event_samples: int
+    n_save: int
+    use_gtol: bool
+    use_ltol: bool
+    pcoeff: float
+    icoeff: float
+
+    @property
+    def hidden_widths(self):
+        return tuple(s[0] for s in self.shapes[:-1])
+
+
+class _State(NamedTuple):
+    t: jax.Array
+    y: jax.Array
+    mode: jax.Array
+    control: jax.Array
+    dt: jax.Array
+    dt_resume: jax.Array
+    pid: tuple
+    fsal: object
+    made_jump: jax.Array
+    forced: jax.Array
+    pending: jax.Array
+    ev_t: jax.Array
+    ev_k: jax.Array
+    ev_kind: jax.Array
+    ev_dir: jax.Array
+    n_ev: jax.Array
+    saved: jax.Array
+    save_i: jax.Array
+    n_acc: jax.Array
+    n_rej: jax.Array
+    n_iter: jax.Array
+    status: jax.Array
+
+
+def _unravel_for(shapes):
+    sizes = [a * b for a, b in shapes]
+    offsets = np.cumsum([0] + sizes)
+
+    def unravel(y):
+        return [y[o : o + s].reshape(shape) for o, s, shape in zip(offsets[:-1], sizes, shapes)]
+
+    return unravel
+
+
+def ravel(params):
+    return jnp.concatenate([jnp.reshape(W, W.shape[:-2] + (-1,)) for W in params], axis=-1)
+
+
+@functools.lru_cache(maxsize=64)
+def compiled(cfg: Config):
+    """The jitted batch integrator for one configuration."""
+    system = ev.System(
+        _unravel_for(cfg.shapes),
+        objective(cfg.loss),
+        cfg.n,
+        cfg.hidden_widths,
+        cfg.max_sliding,
+        newton_steps=1 if len(cfg.shapes) == 2 else 3,
+    )
+    solver = _SOLVERS[cfg.solver]()
+    P, E, M = system.P, cfg.max_events, cfg.event_samples
+
+    def vector_field(t, y, args):
+        mode, control, data, any_sliding = args
+        return system.field(y, data, system.slopes(y, data, mode, control, any_sliding))
+
+    terms = diffrax.ODETerm(vector_field)
+    error_order = solver.order(terms) + 1
+
+    def run(y0, X, Y, wd, t1, rtol, atol, gtol, ltol, ts):
+        B = y0.shape[0]
+        data = (X, Y, wd)
+        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
+        vmap = jax.vmap
+
+        # ---- initial state ---------------------------------------------------------------
+        def member_init(y, data):
+            p = system.preacts(y, data)
+            mode = jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE).astype(jnp.int8)
+            return mode, p == 0.0
+
+        mode, on_surface = vmap(member_init)(y0, data)
+        control = jnp.zeros((B, P))
+        ev_t = jnp.full((B, E), jnp.nan)
+        ev_k = jnp.full((B, E), -1, jnp.int32)
+        ev_kind = jnp.full((B, E), -1, jnp.int32)
+        ev_dir = jnp.zeros((B, E), jnp.int32)
+        n_ev = jnp.zeros(B, jnp.int32)
+
+        def initial_events(args):
+            mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = args
+            handle = functools.partial(system.handle, initial=True)
+            mode, control, _, records = vmap(handle)(y0, data, mode, control, on_surface)
+            return (mode, control) + _write(records, jnp.zeros(B), ev_t, ev_k, ev_kind, ev_dir, n_ev)
+
+        mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+            jnp.any(on_surface), initial_events, lambda a: a, (mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev)
+        )
+        any_sliding = jnp.any(mode == ev.SLIDING)
+        initial_mode = mode
+
+        def member_start(y, mode, control, data):
+            args = (mode, control, data, any_sliding)
+            t_next, pid = controller.init(terms, 0.0, t1, y, None, args, solver.func, error_order)
+            fsal = solver.init(terms, 0.0, t_next, y, args)
+            return t_next, pid, fsal
+
+        dt0, pid0, fsal0 = vmap(member_start)(y0, mode, control, data)
+        dt0 = jnp.minimum(dt0, t1)
+        S = len(ts)
+        saved = jnp.full((B, S) + y0.shape[1:], jnp.nan)
+        save_i = jnp.zeros(B, jnp.int32)
+        if S:
+            at0 = ts[0] <= 0.0
+            saved = saved.at[:, 0].set(jnp.where(at0, y0, jnp.nan))
+            save_i = save_i + at0.astype(jnp.int32)
+        zeros_i = jnp.zeros(B, jnp.int32)
+        status = jnp.where(n_ev > E, Status.MAX_EVENTS, Status.RUNNING).astype(jnp.int32)
+        state = _State(
+            t=jnp.zeros(B), y=y0, mode=mode, control=control, dt=dt0, dt_resume=dt0, pid=pid0, fsal=fsal0,
+            made_jump=jnp.zeros(B, bool), forced=jnp.zeros(B, bool), pending=jnp.zeros((B, P), bool),
+            ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind, ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
+            n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i, status=status,
+        )  # fmt: skip
+
+        # ---- one iteration -----------------------------------------------------------------
+        def interpolant(t0, t_next, dense):
+            return solver.interpolation_cls(t0=t0, t1=t_next, **dense)
+
+        def member_step(s, data, any_sliding):
+            h = jnp.where(s.forced, s.dt, jnp.minimum(s.dt, t1 - s.t))
+            t_next = s.t + h
+            args = (s.mode, s.control, data, any_sliding)
+            y1, y_err, dense, fsal1, _ = solver.step(terms, s.t, t_next, s.y, args, s.fsal, s.made_jump)
+            keep, _, next_t1, _, pid1, _ = controller.adapt_step_size(
+                s.t, t_next, s.y, y1, args, y_err, error_order, s.pid
+            )
+            dt_new = next_t1 - jnp.where(keep, t_next, s.t)
+            finite = jnp.all(jnp.isfinite(y1))
+            # Guards at the start, interior samples and end of the step.
+            interp = interpolant(s.t, t_next, dense)
+            taus = s.t + h * jnp.arange(1, M) / M
+            ys = jnp.concatenate([s.y[None], vmap(interp.evaluate)(taus), y1[None]])
+            G = vmap(lambda y: system.guards(y, data, s.mode, s.control, any_sliding))(ys)
+            cross = (G[:-1] > 0) & (G[1:] <= 0)
+            hit = jnp.any(cross, axis=1)
+            m = jnp.argmax(hit)
+            has_event = keep & ~s.forced & jnp.any(hit) & finite
+            lo = s.t + h * m / M
+            hi = jnp.where(m == M - 1, t_next, s.t + h * (m + 1) / M)
+            return dict(
+                t_next=t_next, y1=y1, dense=dense, fsal1=fsal1, keep=keep | s.forced, pid1=pid1, dt_new=dt_new,
+                finite=finite, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m], G_hi=G[m + 1],
+            )  # fmt: skip
+
+        def member_locate(s, o, data, any_sliding):
+            """Illinois on H(τ) = min over candidates of their guards; keeps H(lo) > 0 ≥ H(hi)."""
+            interp = interpolant(s.t, o["t_next"], o["dense"])
+
+            def H(tau):
+                y = interp.evaluate(tau)
+                g = system.guards(y, data, s.mode, s.control, any_sliding)
+                return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
+
+            f_lo = jnp.min(jnp.where(o["cand"], o["G_lo"], jnp.inf))
+            f_hi = jnp.min(jnp.where(o["cand"], o["G_hi"], jnp.inf))
+            tol = 4 * jnp.finfo(jnp.float64).eps * jnp.maximum(jnp.abs(o["hi"]), 1.0)
+
+            def cond(c):
+                lo, hi, *_, it = c
+                return (hi - lo > tol) & (it < 200) & o["has_event"]
+
+            def body(c):
+                lo, hi, f_lo, f_hi, g_hi, side, it = c
+                tau = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+                # Every third iteration, or when the secant leaves the bracket, bisect.
+                bad = ~jnp.isfinite(tau) | (tau <= lo) | (tau >= hi) | (it % 3 == 2)
+                tau = jnp.where(bad, 0.5 * (lo + hi), tau)
+                f, g = H(tau)
+                right = f <= 0
+                # Illinois: halve the retained end's value when the same side is kept twice.
+                f_lo_new = jnp.where(right, jnp.where(side == 1, 0.5 * f_lo, f_lo), f)
+                f_hi_new = jnp.where(right, f, jnp.where(side == -1, 0.5 * f_hi, f_hi))
+                return (
+                    jnp.where(right, lo, tau), jnp.where(right, tau, hi), f_lo_new, f_hi_new,
+                    jnp.where(right, g, g_hi), jnp.where(right, 1, -1), it + 1,
+                )  # fmt: skip
+
+            lo, hi, _, _, g_hi, _, _ = jax.lax.while_loop(
+                cond, body, (o["lo"], o["hi"], f_lo, f_hi, o["G_hi"], 0, 0)
+            )
+            return hi, o["cand"] & (g_hi <= 0)
+
+        def member_handle(y, mode, control, pending, data):
+            return system.handle(y, data, mode, control, pending)
+
+        def member_checks(y, mode, control, data, any_sliding):
+            slopes = system.slopes(y, data, mode, control, any_sliding)
+            gnorm = jnp.linalg.norm(system.field(y, data, slopes)) if cfg.use_gtol else jnp.inf
+            loss = system.loss(y, data) if cfg.use_ltol else jnp.inf
+            return gnorm, loss
+
+        def body(s: _State):
+            running = s.status == Status.RUNNING
+            any_sliding = jnp.any((s.mode == ev.SLIDING) & running[:, None])
+            o = vmap(member_step, in_axes=(0, 0, None))(s, data, any_sliding)
+            has_event = o["has_event"] & running
+            t_e, new_pending = jax.lax.cond(
+                jnp.any(has_event),
+                lambda: vmap(member_locate, in_axes=(0, 0, 0, None))(s, o, data, any_sliding),
+                lambda: (o["hi"], jnp.zeros((B, P), bool)),
+            )
+            accept = o["keep"] & ~has_event & o["finite"]
+            forced_done = accept & s.forced
+            # Resolve the crossings at the end of forced steps.
+            mode, control, pending, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+                jnp.any(forced_done & running),
+                lambda: _handle_all(vmap(member_handle)(o["y1"], s.mode, s.control, s.pending, data), forced_done, o["t_next"], s),
+                lambda: (s.mode, s.control, s.pending, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
+            )
+            pending = jnp.where(has_event[:, None], new_pending, pending)
+            more = forced_done & jnp.any(pending, axis=1)
+            t = jnp.where(accept, o["t_next"], s.t)
+            y = jnp.where(accept[:, None], o["y1"], s.y)
+            dt = jnp.where(
+                has_event, t_e - s.t,
+                jnp.where(forced_done, jnp.where(more, 0.0, s.dt_resume), o["dt_new"]),
+            )  # fmt: skip
+            dt_resume = jnp.where(has_event, jnp.where(o["keep"], o["dt_new"], s.dt), s.dt_resume)
+            reset = jax.tree.map(lambda a: jnp.broadcast_to(a, (B,) + a.shape[1:]), pid0)
+            pid = jax.tree.map(
+                lambda new, old, r: jnp.where(forced_done, r, jnp.where(has_event, old, new)), o["pid1"], s.pid, reset
+            )
+            fsal = jax.tree.map(lambda new, old: jnp.where(_bcast(accept & ~s.forced, new), new, old), o["fsal1"], s.fsal)
+            made_jump = jnp.where(forced_done, True, jnp.where(accept, False, s.made_jump))
+            forced = has_event | more
+            # Save requested times inside accepted steps.
+            saved, save_i = _save(s, o, accept & running)
+            # Stopping.
+            gnorm, loss = vmap(member_checks, in_axes=(0, 0, 0, 0, None))(y, mode, control, data, any_sliding)
+            n_iter = s.n_iter + 1
+            step_collapsed = ~o["keep"] & (o["dt_new"] <= 1e-14 * jnp.maximum(jnp.abs(s.t), 1.0))
+            status = jnp.select(
+                [
+                    ~o["finite"],
+                    n_ev > E,
+                    jnp.sum(mode == ev.SLIDING, axis=1) > cfg.max_sliding,
+                    accept & ~forced & (t >= t1),
+                    accept & ~forced & (gnorm < gtol),
+                    accept & ~forced & (loss < ltol),
+                    step_collapsed,
+                    n_iter >= cfg.max_steps,
+                ],
+                [
+                    Status.NONFINITE, Status.MAX_EVENTS, Status.SLIDING_LIMIT, Status.REACHED_T1,
+                    Status.CONVERGED, Status.LOSS_BELOW, Status.STEP_SIZE, Status.MAX_STEPS,
+                ],
+                Status.RUNNING,
+            ).astype(jnp.int32)  # fmt: skip
+            new = _State(
+                t=t, y=y, mode=mode, control=control, dt=dt, dt_resume=dt_resume, pid=pid, fsal=fsal,
+                made_jump=made_jump, forced=forced, pending=pending, ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind,
+                ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
+                n_acc=s.n_acc + accept, n_rej=s.n_rej + (~o["keep"] & ~has_event), n_iter=n_iter, status=status,
+            )  # fmt: skip
+            return jax.tree.map(lambda a, b: jnp.where(_bcast(running, a), a, b), new, s)
+
+        def _handle_all(out, done, t_event, s):
+            mode, control, pending, records = out
+            records = jax.tree.map(lambda a: jnp.where(_bcast(done, a), a, jnp.zeros_like(a)), records)
+            mode = jnp.where(done[:, None], mode, s.mode)
+            control = jnp.where(done[:, None], control, s.control)
+            pending = jnp.where(done[:, None], pending, s.pending)
+            return (mode, control, pending) + _write(records, t_event, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev)
+
+        def _save(s, o, accepted):
+            if S == 0:
+                return s.saved, s.save_i
+
+            def due(c):
+                saved, i = c
+                return accepted & (i < S) & (ts[jnp.minimum(i, S - 1)] <= o["t_next"])
+
+            def body(c):
+                saved, i = c
+                d = due(c)
+                tau = ts[jnp.minimum(i, S - 1)]
+                y = vmap(lambda t0, t_next, dense, tau: interpolant(t0, t_next, dense).evaluate(tau))(
+                    s.t, o["t_next"], o["dense"], tau
+                )
+                y = jnp.where((tau >= o["t_next"])[:, None], o["y1"], y)
+                rows = jnp.arange(B)
+                cur = saved[rows, jnp.minimum(i, S - 1)]
+                saved = saved.at[rows, jnp.minimum(i, S - 1)].set(jnp.where(d[:, None], y, cur))
+                return saved, i + d
+
+            return jax.lax.while_loop(lambda c: jnp.any(due(c)), body, (s.saved, s.save_i))
+
+        final = jax.lax.while_loop(lambda s: jnp.any(s.status == Status.RUNNING), body, state)
+        gnorm = vmap(lambda y, mode, control, data: jnp.linalg.norm(
+            system.field(y, data, system.equivalent_control(y, data, mode, control)[0])
+        ))(final.y, final.mode, final.control, data)  # fmt: skip
+        loss = vmap(system.loss)(final.y, data)
+        return final, loss, gnorm, initial_mode
+
+    def _write(records, t_event, ev_t, ev_k, ev_kind, ev_dir, n_ev):
+        """Append each record set (in flat index order) to the event buffers."""
+        Bn = ev_t.shape[0]
+        rows = jnp.arange(Bn)[:, None]
+        for mask, kind, direction in records:
+            pos = n_ev[:, None] + jnp.cumsum(mask, axis=1, dtype=jnp.int32) - 1
+            ok = mask & (pos < E)
+            pos = jnp.where(ok, pos, E)  # out of range: dropped
+            k = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32), mask.shape)
+            ev_t = ev_t.at[rows, pos].set(jnp.broadcast_to(t_event[:, None], mask.shape), mode="drop")
+            ev_k = ev_k.at[rows, pos].set(k, mode="drop")
+            ev_kind = ev_kind.at[rows, pos].set(kind, mode="drop")
+            ev_dir = ev_dir.at[rows, pos].set(direction, mode="drop")
+            n_ev = n_ev + jnp.sum(mask, axis=1, dtype=jnp.int32)
+        return ev_t, ev_k, ev_kind, ev_dir, n_ev
+
+    return jax.jit(run), system
+
+
+def _bcast(mask, a):
+    return jnp.reshape(mask, mask.shape + (1,) * (a.ndim - mask.ndim))

@@ -1,0 +1,194 @@
+"""Bias-free fully connected ReLU networks: parameters, forward pass, initialisers.
+
+Parameters are a list ``[W_1, ..., W_k]`` of weight matrices, ``W_l`` of shape
+``(d_l, d_{l-1})`` (out x in, as in the paper). Data ``X`` has one point per row,
+shape ``(n, d_0)``.
+
+A *pre-activation* is one entry ``p[l, j, i] = (W_l h_{l-1}(x_i))_j`` of a hidden layer.
+gflow identifies it by ``(layer, neuron, point)``: ``layer`` is the 0-based index into
+``params`` of the matrix that produces it (``0 .. k-2``), ``neuron`` the row of that
+matrix, ``point`` the row of ``X``. Flattened, all pre-activations form one vector of
+length ``P = n * (d_1 + ... + d_{k-1})``, ordered layer-major, then neuron, then point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "forward",
+    "preactivations",
+    "relu",
+    "xavier_normal",
+    "gaussian",
+    "uniform_ball",
+    "init_params",
+]
+
+
+def relu(z):
+    """``max(z, 0)`` with derivative 0 at 0 (the paper's convention ``σ'(0) = 0``)."""
+    return jnp.where(z > 0, z, 0.0)
+
+
+def forward(params, X, slopes=None):
+    """Network output and hidden pre-activations.
+
+    Arguments:
+        params: ``[W_1, ..., W_k]``, ``W_l`` of shape ``(d_l, d_{l-1})``.
+        X: inputs, shape ``(n, d_0)``.
+        slopes: optional list of ``k-1`` arrays of shape ``(n, d_l)``. When given, each
+            hidden unit computes ``h = slope * p`` instead of ``relu(p)``: with slopes 1
+            (active) and 0 (inactive) this is the smooth extension of the network from
+            one activation region, whose gradient is the one-sided gradient field; a
+            slope in ``(0, 1)`` on a pre-activation held at zero gives the Filippov
+            field with that equivalent control.
+
+    Returns:
+        ``(out, pre)``: output of shape ``(n, d_k)`` and the list of ``k-1``
+        pre-activation arrays, ``pre[l]`` of shape ``(n, d_{l+1})``.
+    """
+    h = X
+    pre = []
+    for layer, W in enumerate(params[:-1]):
+        p = h @ W.T
+        pre.append(p)
+        h = relu(p) if slopes is None else slopes[layer] * p
+    return h @ params[-1].T, pre
+
+
+def preactivations(params, X, slopes=None):
+    """All hidden pre-activations as one flat vector of length ``P`` (module docstring)."""
+    _, pre = forward(params, X, slopes)
+    if not pre:
+        return jnp.zeros((0,), X.dtype)
+    return jnp.concatenate([p.T.reshape(-1) for p in pre])
+
+
+def unflatten_preactivations(flat, n, hidden_widths):
+    """Inverse of the flattening: list of ``(n, d_l)`` arrays from a ``(P,)`` vector."""
+    out, start = [], 0
+    for d in hidden_widths:
+        out.append(flat[start : start + d * n].reshape(d, n).T)
+        start += d * n
+    return out
+
+
+def index_table(n, hidden_widths):
+    """NumPy arrays ``(layer, neuron, point)`` of length ``P`` for each flat index."""
+    layer, neuron, point = [], [], []
+    for ell, d in enumerate(hidden_widths):
+        j, i = np.meshgrid(np.arange(d), np.arange(n), indexing="ij")
+        layer.append(np.full(d * n, ell))
+        neuron.append(j.reshape(-1))
+        point.append(i.reshape(-1))
+    if not layer:
+        return (np.zeros(0, int),) * 3
+    return tuple(np.concatenate(a).astype(np.int32) for a in (layer, neuron, point))
+
+
+def _check_widths(widths):
+    widths = tuple(int(w) for w in widths)
+    if len(widths) < 2 or min(widths) < 1:
+        raise ValueError(
+            f"widths: expected a sequence (d_0, d_1, ..., d_k) of at least two positive "
+            f"integers, got {widths!r}"
+        )
+    return widths
+
+
+def _batch_shape(batch):
+    if batch is None:
+        return ()
+    if isinstance(batch, int):
+        return (batch,)
+    return tuple(batch)
+
+
+def xavier_normal(key, widths: Sequence[int], batch=None):
+    """Xavier-normal (Glorot) weights: entries of ``W_l`` are ``N(0, 2/(d_l + d_{l-1}))``.
+
+    This is PyTorch's ``xavier_normal_``, the authors' default. ``batch`` (an int or a
+    shape) adds leading batch axes.
+    """
+    widths = _check_widths(widths)
+    keys = jax.random.split(key, len(widths) - 1)
+    shape = _batch_shape(batch)
+    return [
+        jnp.sqrt(2.0 / (fi + fo)) * jax.random.normal(k, shape + (fo, fi), jnp.float64)
+        for k, fi, fo in zip(keys, widths[:-1], widths[1:])
+    ]
+
+
+def gaussian(key, widths: Sequence[int], std, batch=None):
+    """Independent ``N(0, std_l²)`` entries; ``std`` is one float or one per layer."""
+    widths = _check_widths(widths)
+    stds = _per_layer(std, len(widths) - 1, "std")
+    keys = jax.random.split(key, len(widths) - 1)
+    shape = _batch_shape(batch)
+    return [
+        s * jax.random.normal(k, shape + (fo, fi), jnp.float64)
+        for k, s, fi, fo in zip(keys, stds, widths[:-1], widths[1:])
+    ]
+
+
+def uniform_ball(key, widths: Sequence[int], radius, batch=None):
+    """Each weight vector (row of ``W_l``, i.e. one neuron's incoming weights) uniform in
+    the ``d_{l-1}``-dimensional ball of the given radius (one float or one per layer).
+
+    For the paper's 2x2 layers this is the authors' ``uniform_from_ball``: uniform in a
+    disk, radius ``r·sqrt(U)`` and a uniform angle.
+    """
+    widths = _check_widths(widths)
+    radii = _per_layer(radius, len(widths) - 1, "radius")
+    keys = jax.random.split(key, len(widths) - 1)
+    shape = _batch_shape(batch)
+    out = []
+    for k, r, fi, fo in zip(keys, radii, widths[:-1], widths[1:]):
+        kd, kr = jax.random.split(k)
+        g = jax.random.normal(kd, shape + (fo, fi), jnp.float64)
+        u = jax.random.uniform(kr, shape + (fo, 1), jnp.float64)
+        out.append(r * u ** (1.0 / fi) * g / jnp.linalg.norm(g, axis=-1, keepdims=True))
+    return out
+
+
+def _per_layer(value, k, name):
+    values = np.broadcast_to(np.asarray(value, dtype=float), (k,)) if np.ndim(value) == 0 else np.asarray(value, float)
+    if values.shape != (k,) or not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError(
+            f"{name}: expected one non-negative finite float or {k} of them (one per layer), "
+            f"got {value!r}"
+        )
+    return [float(v) for v in values]
+
+
+_INITIALISERS = {"xavier_normal": xavier_normal, "gaussian": gaussian, "uniform_ball": uniform_ball}
+
+
+def init_params(key, widths: Sequence[int], method="xavier_normal", *, batch=None, zero_layers=(), **kwargs):
+    """Initial parameters by name, with chosen layers set to zero.
+
+    Arguments:
+        key: a ``jax.random`` key.
+        widths: ``(d_0, d_1, ..., d_k)``.
+        method: ``"xavier_normal"``, ``"gaussian"`` (needs ``std=``) or
+            ``"uniform_ball"`` (needs ``radius=``).
+        batch: optional int or shape of leading batch axes.
+        zero_layers: 0-based indices of layers to set to zero (e.g. ``(1,)`` for the
+            paper's ``V(0) = 0``).
+
+    Returns:
+        ``[W_1, ..., W_k]`` as float64 arrays.
+    """
+    if method not in _INITIALISERS:
+        raise ValueError(f"method: expected one of {sorted(_INITIALISERS)}, got {method!r}")
+    params = _INITIALISERS[method](key, widths, batch=batch, **kwargs)
+    for layer in zero_layers:
+        if not 0 <= layer < len(params):
+            raise ValueError(f"zero_layers: expected indices in [0, {len(params)}), got {tuple(zero_layers)!r}")
+        params[layer] = jnp.zeros_like(params[layer])
+    return params

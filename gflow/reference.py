@@ -1,0 +1,684 @@
+"""Independent reference integrators for bias-free ReLU networks.
+
+This module is the yardstick that gflow's own engine is tested and benchmarked against,
+so it shares no code with the rest of gflow: it imports only NumPy, SciPy and JAX.
+
+- [`scipy_flow`][] integrates the exact gradient flow `dθ/dt = −∇L(θ)` with SciPy's
+  `DOP853` and a hand-written NumPy forward/backward pass. Between kinks the activation
+  pattern is held fixed, so the vector field is a polynomial; one terminal event per
+  pre-activation stops the solver at every kink, where the pattern entry is flipped and
+  the integration restarts.
+- [`gradient_descent`][] and [`gradient_descent_batch`][] run full-batch gradient descent
+  in JAX, jitted once per shape.
+- [`loss_value`][], [`loss_gradient`][], [`preactivations`][] and
+  [`balance_invariants`][] are small NumPy helpers.
+
+Conventions (as in the rest of gflow):
+
+- `params = [W_1, ..., W_k]`, `W_l` of shape `(d_l, d_{l-1})` (out × in), and
+  `N(x) = W_k σ(W_{k-1} ··· σ(W_1 x))` with `σ(z) = max(z, 0)` and `σ'(0) = 0`.
+- `X` has shape `(n, d_in)`, one point per row. `Y` has shape `(n, d_out)` for the
+  `"square"` and `"mse"` losses and shape `(n,)` (or `(n, 1)`) of ±1 labels for the
+  `"exponential"` and `"logistic"` losses, which need `d_out = 1`.
+- Losses: `"square"` `½ Σ_i ‖N(x_i) − y_i‖²`; `"mse"` the mean of the `n·d_out` squared
+  errors; `"exponential"` `(1/n) Σ_i exp(−y_i N(x_i))`; `"logistic"`
+  `(1/n) Σ_i log(1 + exp(−y_i N(x_i)))`; plus `(λ/2)‖θ‖²` for weight decay `λ`.
+- A pre-activation is named by `(layer, neuron, point)`: `layer` is the 0-based index
+  into `params` of the matrix that produces it (hidden layers only, `0..k-2`), `neuron`
+  the row of that matrix, `point` the row of `X`. A crossing's `direction` is `+1` when
+  the pre-activation becomes active (goes from `≤ 0` to `> 0`) and `−1` when it becomes
+  inactive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import numbers
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.integrate
+import scipy.special
+
+
+jax.config.update("jax_enable_x64", True)
+
+__all__ = [
+    "LOSSES",
+    "ReferenceResult",
+    "balance_invariants",
+    "gradient_descent",
+    "gradient_descent_batch",
+    "loss_gradient",
+    "loss_value",
+    "preactivations",
+    "scipy_flow",
+]
+
+LOSSES = ("square", "mse", "exponential", "logistic")
+_MARGIN_LOSSES = ("exponential", "logistic")
+
+# Offset that keeps an event function off zero when its pre-activation sits exactly at
+# zero and does not move (a frozen neuron); far below any real pre-activation.
+_TINY = np.finfo(np.float64).tiny
+
+# Gradient steps per rolled iteration of the jitted descent loop.
+_UNROLL = 8
+
+
+# --------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------
+
+
+def _check_params(params, name="params", batched=False):
+    """Float64 copies of `params`; ValueError unless the shapes chain."""
+    if isinstance(params, np.ndarray) or not isinstance(params, Sequence):
+        raise ValueError(
+            f"`{name}` must be a list of weight matrices [W_1, ..., W_k]; "
+            f"got {type(params).__name__}."
+        )
+    if len(params) == 0:
+        raise ValueError(f"`{name}` must hold at least one weight matrix; got none.")
+    ndim = 3 if batched else 2
+    what = "(batch, d_l, d_{l-1})" if batched else "(d_l, d_{l-1})"
+    out = []
+    for l, W in enumerate(params):
+        W = np.array(W, dtype=np.float64)
+        if W.ndim != ndim:
+            raise ValueError(
+                f"`{name}[{l}]` must have shape {what}; got shape {W.shape}."
+            )
+        if not np.all(np.isfinite(W)):
+            raise ValueError(f"`{name}[{l}]` must be finite; it holds nan or inf.")
+        if l > 0 and W.shape[-1] != out[-1].shape[-2]:
+            raise ValueError(
+                f"`{name}[{l}]` must have {out[-1].shape[-2]} columns to follow "
+                f"`{name}[{l - 1}]` of shape {out[-1].shape}; got shape {W.shape}."
+            )
+        if batched and out and W.shape[0] != out[0].shape[0]:
+            raise ValueError(
+                f"`{name}[{l}]` must have batch size {out[0].shape[0]} like "
+                f"`{name}[0]`; got shape {W.shape}."
+            )
+        out.append(W)
+    return out
+
+
+def _check_loss(loss):
+    if loss not in LOSSES:
+        raise ValueError(f"`loss` must be one of {LOSSES}; got {loss!r}.")
+
+
+def _check_nonnegative(value, name):
+    if not isinstance(value, numbers.Real) or not np.isfinite(value) or value < 0:
+        raise ValueError(f"`{name}` must be a finite number >= 0; got {value!r}.")
+    return float(value)
+
+
+def _check_positive(value, name):
+    if not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"`{name}` must be a finite number > 0; got {value!r}.")
+    return float(value)
+
+
+def _check_count(value, name):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < 0
+    ):
+        raise ValueError(f"`{name}` must be an integer >= 0; got {value!r}.")
+    return int(value)
+
+
+def _check_data(X, Y, d_in, d_out, loss):
+    """Float64 `X` of shape (n, d_in) and `Y` reshaped to (n, d_out)."""
+    X = np.array(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != d_in or X.shape[0] == 0:
+        raise ValueError(
+            f"`X` must have shape (n, {d_in}) with n >= 1 to match params[0]; "
+            f"got shape {X.shape}."
+        )
+    n = X.shape[0]
+    Y = np.array(Y, dtype=np.float64)
+    if loss in _MARGIN_LOSSES:
+        if d_out != 1:
+            raise ValueError(
+                f"`loss={loss!r}` needs a scalar output (d_out = 1); the last weight "
+                f"matrix gives d_out = {d_out}."
+            )
+        if Y.shape not in ((n,), (n, 1)):
+            raise ValueError(
+                f"`Y` must have shape ({n},) or ({n}, 1) of ±1 labels for "
+                f"loss={loss!r}; got shape {Y.shape}."
+            )
+    elif Y.shape != (n, d_out) and not (d_out == 1 and Y.shape == (n,)):
+        raise ValueError(
+            f"`Y` must have shape ({n}, {d_out}) for loss={loss!r}; got shape {Y.shape}."
+        )
+    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
+        raise ValueError("`X` and `Y` must be finite; they hold nan or inf.")
+    return X, Y.reshape(n, d_out)
+
+
+# --------------------------------------------------------------------------------------
+# NumPy forward and backward passes with a given activation pattern
+# --------------------------------------------------------------------------------------
+
+
+def _forward(params, X, masks=None):
+    """Pre-activations, layer inputs and output.
+
+    With `masks=None` the pattern is the true one (`z > 0`); otherwise `masks[l]` (bool,
+    shape `(n, d_l)`) says which entries of hidden layer `l` count as active.
+
+    Returns `(Z, H, F, masks)`: `Z[l]` the pre-activations of hidden layer `l`, shape
+    `(n, d_l)`; `H[l]` the input of `params[l]` (`H[0] = X`); `F` the output, shape
+    `(n, d_out)`; the masks used.
+    """
+    H, Z, used = [X], [], []
+    for l, W in enumerate(params[:-1]):
+        z = H[-1] @ W.T
+        m = z > 0 if masks is None else masks[l]
+        Z.append(z)
+        used.append(m)
+        H.append(np.where(m, z, 0.0))
+    return Z, H, H[-1] @ params[-1].T, used
+
+
+def _loss_of_output(F, Y, loss):
+    if loss == "square":
+        return 0.5 * float(np.sum((F - Y) ** 2))
+    if loss == "mse":
+        return float(np.mean((F - Y) ** 2))
+    q = Y[:, 0] * F[:, 0]
+    if loss == "exponential":
+        return float(np.mean(np.exp(-q)))
+    return float(np.mean(np.logaddexp(0.0, -q)))
+
+
+def _output_gradient(F, Y, loss):
+    """∂L/∂F, shape (n, d_out)."""
+    if loss == "square":
+        return F - Y
+    if loss == "mse":
+        return 2.0 * (F - Y) / F.size
+    n = F.shape[0]
+    q = Y * F
+    if loss == "exponential":
+        return -Y * np.exp(-q) / n
+    return -Y * scipy.special.expit(-q) / n
+
+
+def _backward(params, H, masks, G, weight_decay):
+    """Gradients of the loss w.r.t. each weight matrix, given ∂L/∂F = `G`."""
+    grads = [None] * len(params)
+    delta = G
+    for l in reversed(range(len(params))):
+        grads[l] = delta.T @ H[l]
+        if weight_decay:
+            grads[l] = grads[l] + weight_decay * params[l]
+        if l > 0:
+            delta = (delta @ params[l]) * masks[l - 1]
+    return grads
+
+
+def _preactivation_velocity(params, X, masks, velocity):
+    """d/dt of every hidden pre-activation when θ moves with `velocity` (forward mode)."""
+    h, dh, out = X, np.zeros_like(X), []
+    for l, (W, dW) in enumerate(zip(params[:-1], velocity[:-1])):
+        z = h @ W.T
+        dz = dh @ W.T + h @ dW.T
+        out.append(dz)
+        h, dh = np.where(masks[l], z, 0.0), np.where(masks[l], dz, 0.0)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Public NumPy helpers
+# --------------------------------------------------------------------------------------
+
+
+def loss_value(params, X, Y, loss="square", weight_decay=0.0):
+    """The training loss `L(θ) + (λ/2)‖θ‖²`, in NumPy float64.
+
+    **Arguments:**
+
+    - `params`: `[W_1, ..., W_k]`, `W_l` of shape `(d_l, d_{l-1})`.
+    - `X`: inputs, shape `(n, d_in)`.
+    - `Y`: targets, shape `(n, d_out)`; `(n,)` labels for the margin losses.
+    - `loss`: one of `"square"`, `"mse"`, `"exponential"`, `"logistic"`.
+    - `weight_decay`: `λ >= 0`.
+
+    **Returns:** the loss, a Python float.
+    """
+    _check_loss(loss)
+    params = _check_params(params)
+    X, Y = _check_data(X, Y, params[0].shape[1], params[-1].shape[0], loss)
+    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+    F = _forward(params, X)[2]
+    reg = 0.5 * weight_decay * sum(float(np.sum(W**2)) for W in params)
+    return _loss_of_output(F, Y, loss) + reg
+
+
+def loss_gradient(params, X, Y, loss="square", weight_decay=0.0):
+    """`∇L(θ) + λθ` by a hand-written NumPy backward pass, with `σ'(0) = 0`.
+
+    Arguments as for [`loss_value`][].
+
+    **Returns:** a list of arrays shaped like `params`.
+    """
+    _check_loss(loss)
+    params = _check_params(params)
+    X, Y = _check_data(X, Y, params[0].shape[1], params[-1].shape[0], loss)
+    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+    _, H, F, masks = _forward(params, X)
+    return _backward(params, H, masks, _output_gradient(F, Y, loss), weight_decay)
+
+
+def preactivations(params, X):
+    """The hidden pre-activations `p_{l,j,i} = (W_l h_{l-1}(x_i))_j`.
+
+    **Arguments:**
+
+    - `params`: `[W_1, ..., W_k]`, `W_l` of shape `(d_l, d_{l-1})`.
+    - `X`: inputs, shape `(n, d_in)`.
+
+    **Returns:** a list with one array per hidden layer `l = 0..k-2`, of shape
+    `(d_l, n)`, so that `preactivations(params, X)[layer][neuron, point]` is the
+    pre-activation named by `(layer, neuron, point)`.
+    """
+    params = _check_params(params)
+    X = np.array(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != params[0].shape[1]:
+        raise ValueError(
+            f"`X` must have shape (n, {params[0].shape[1]}) to match params[0]; "
+            f"got shape {X.shape}."
+        )
+    return [z.T for z in _forward(params, X)[0]]
+
+
+def balance_invariants(params):
+    """`‖W_l[j,:]‖² − ‖W_{l+1}[:,j]‖²` for every hidden neuron `j` of every hidden layer.
+
+    These are constant along gradient flow (SPEC §3) and decay like `e^{−2λt}` under
+    weight decay `λ`; their drift measures how exact a trajectory is.
+
+    **Arguments:**
+
+    - `params`: `[W_1, ..., W_k]`, `W_l` of shape `(d_l, d_{l-1})`.
+
+    **Returns:** a float64 array of length `d_1 + ... + d_{k-1}`, ordered by layer and
+    then neuron (empty for `k = 1`).
+    """
+    params = _check_params(params)
+    parts = [
+        np.sum(W**2, axis=1) - np.sum(W_next**2, axis=0)
+        for W, W_next in zip(params[:-1], params[1:])
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+# --------------------------------------------------------------------------------------
+# Exact gradient flow with SciPy
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceResult:
+    """What [`scipy_flow`][] returns.
+
+    **Fields:**
+
+    - `params`: the weights `[W_1, ..., W_k]` at time `t`.
+    - `t`: the time reached: `t1`, or the time a sliding mode began.
+    - `crossings`: one `(t, layer, neuron, point, direction)` per kink crossed, in time
+      order; `direction` is `+1` for becoming active, `−1` for becoming inactive.
+    - `slid`: `True` when the flow reached a switching surface that both one-sided
+      fields push into (a sliding mode); the integration stops there.
+    - `nfev`: the number of vector-field evaluations SciPy made.
+    """
+
+    params: list
+    t: float
+    crossings: list
+    slid: bool
+    nfev: int
+
+
+class _Layout:
+    """Flat vectors ↔ weight matrices, and flat pattern index ↔ (layer, neuron, point)."""
+
+    def __init__(self, shapes, n):
+        self.shapes = shapes
+        self.n = n
+        sizes = [a * b for a, b in shapes]
+        self.param_offsets = np.concatenate([[0], np.cumsum(sizes)])
+        self.hidden = [a for a, _ in shapes[:-1]]
+        self.entry_offsets = np.concatenate([[0], np.cumsum([d * n for d in self.hidden])])
+
+    def unflatten(self, theta):
+        o = self.param_offsets
+        return [theta[o[l] : o[l + 1]].reshape(s) for l, s in enumerate(self.shapes)]
+
+    def masks(self, pattern):
+        """Flat pattern → list of bool masks of shape (n, d_l)."""
+        o = self.entry_offsets
+        return [
+            pattern[o[l] : o[l + 1]].reshape(d, self.n).T for l, d in enumerate(self.hidden)
+        ]
+
+    def entry(self, index):
+        layer = int(np.searchsorted(self.entry_offsets, index, side="right") - 1)
+        neuron, point = divmod(int(index - self.entry_offsets[layer]), self.n)
+        return layer, neuron, point
+
+
+def _flat_entries(arrays):
+    """List of per-layer (n, d_l) arrays → flat vector in (layer, neuron, point) order."""
+    if not arrays:
+        return np.zeros(0)
+    return np.concatenate([a.T.ravel() for a in arrays])
+
+
+def scipy_flow(
+    params,
+    X,
+    Y,
+    *,
+    loss="square",
+    t1,
+    weight_decay=0.0,
+    rtol=1e-12,
+    atol=1e-14,
+    max_events=10_000,
+):
+    """Integrate the gradient flow `dθ/dt = −∇L(θ)` exactly, kink by kink, with SciPy.
+
+    Between kinks the activation pattern (one bool per pre-activation) is held fixed, so
+    the vector field is a polynomial and `solve_ivp(method="DOP853")` is accurate to its
+    tolerances. One terminal event per pre-activation, whose value is the
+    pre-activation, stops the solver at each kink. There the one-sided fields decide:
+
+    - the new side's field carries `p` into the new side: a crossing; the pattern entry
+      is flipped, the crossing recorded, and the integration restarts;
+    - the new side's field pushes `p` back while the old side's pushes it into the
+      surface: a sliding mode; this reference does not integrate it, and stops with
+      `slid=True`;
+    - both push back to the old side (a grazing touch): nothing changes.
+
+    When several pre-activations reach zero at the same instant, each is decided in
+    turn. The initial pattern is `p > 0`. A first-layer neuron that is inactive on every
+    point gets zero gradient and is frozen for good; its events are not watched.
+
+    **Arguments:**
+
+    - `params`: `[W_1, ..., W_k]`, `W_l` of shape `(d_l, d_{l-1})`; not modified.
+    - `X`: inputs, shape `(n, d_in)`.
+    - `Y`: targets, shape `(n, d_out)`; `(n,)` labels for the margin losses.
+    - `loss`: one of `"square"`, `"mse"`, `"exponential"`, `"logistic"`.
+    - `t1`: the final time, `>= 0`, in units of the flow's own time.
+    - `weight_decay`: `λ >= 0`; the flow is that of `L + (λ/2)‖θ‖²`.
+    - `rtol`, `atol`: tolerances passed to `solve_ivp`.
+    - `max_events`: the most kinks to handle before giving up with `RuntimeError`.
+
+    **Returns:** a [`ReferenceResult`][].
+
+    **Raises:** `ValueError` on malformed input; `RuntimeError` if SciPy fails or more
+    than `max_events` kinks are met.
+    """
+    _check_loss(loss)
+    params = _check_params(params)
+    d_in, d_out = params[0].shape[1], params[-1].shape[0]
+    X, Y = _check_data(X, Y, d_in, d_out, loss)
+    t1 = _check_nonnegative(t1, "t1")
+    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+    rtol = _check_positive(rtol, "rtol")
+    atol = _check_positive(atol, "atol")
+    max_events = _check_count(max_events, "max_events")
+
+    layout = _Layout([W.shape for W in params], X.shape[0])
+    n_entries = int(layout.entry_offsets[-1])
+
+    def field(theta, masks):
+        ps = layout.unflatten(theta)
+        _, H, F, _ = _forward(ps, X, masks)
+        grads = _backward(ps, H, masks, _output_gradient(F, Y, loss), weight_decay)
+        return -np.concatenate([g.ravel() for g in grads])
+
+    def preacts(theta):
+        return _flat_entries(_forward(layout.unflatten(theta), X)[0])
+
+    def preact_velocity(theta, pattern):
+        masks = layout.masks(pattern)
+        velocity = layout.unflatten(field(theta, masks))
+        return _flat_entries(
+            _preactivation_velocity(layout.unflatten(theta), X, masks, velocity)
+        )
+
+    theta = np.concatenate([W.ravel() for W in params])
+    pattern = preacts(theta) > 0
+    t = 0.0
+    crossings = []
+    nfev = 0
+    n_events = 0
+
+    def decide(theta, pattern, index):
+        """Classify the kink of entry `index`: "cross", "slide" or "graze"."""
+        flipped = pattern.copy()
+        flipped[index] = ~pattern[index]
+        old_side = 1.0 if pattern[index] else -1.0
+        f_old = preact_velocity(theta, pattern)[index]
+        f_new = preact_velocity(theta, flipped)[index]
+        if old_side * f_new <= 0:
+            return "cross", flipped
+        if old_side * f_old < 0:
+            return "slide", pattern
+        return "graze", pattern
+
+    while t < t1:
+        masks = layout.masks(pattern)
+        cache = {"t": None, "y": None, "p": None}
+
+        def preacts_cached(s, y, cache=cache):
+            if cache["t"] != s or not np.array_equal(cache["y"], y):
+                cache["t"], cache["y"], cache["p"] = s, y.copy(), preacts(y)
+            return cache["p"]
+
+        def make_event(index, side):
+            def event(s, y):
+                return preacts_cached(s, y)[index] + side * _TINY
+
+            event.terminal = True
+            event.direction = -side
+            return event
+
+        # Skip first-layer neurons that are inactive on every point: they are frozen.
+        dead = np.zeros(n_entries, dtype=bool)
+        if layout.hidden:
+            first = pattern[: layout.entry_offsets[1]].reshape(layout.hidden[0], -1)
+            dead[: layout.entry_offsets[1]] = np.repeat(~first.any(axis=1), layout.n)
+        watched = np.flatnonzero(~dead)
+        events = [make_event(i, 1.0 if pattern[i] else -1.0) for i in watched]
+        sol = scipy.integrate.solve_ivp(
+            lambda s, y, masks=masks: field(y, masks),
+            (t, t1),
+            theta,
+            method="DOP853",
+            rtol=rtol,
+            atol=atol,
+            events=events or None,
+        )
+        nfev += int(sol.nfev)
+        if sol.status == -1:
+            raise RuntimeError(f"scipy_flow: solve_ivp failed at t={t}: {sol.message}")
+        if sol.status == 0:
+            theta, t = sol.y[:, -1], float(sol.t[-1])
+            break
+
+        # Terminal event: take the earliest root, whatever order SciPy lists them in.
+        fired = [(te[0], k) for k, te in enumerate(sol.t_events) if len(te)]
+        t_event, k = min(fired)
+        theta, t = np.array(sol.y_events[k][0]), float(t_event)
+        pending = [int(watched[k])]
+        slid = False
+        while pending:
+            index = pending.pop(0)
+            n_events += 1
+            if n_events > max_events:
+                raise RuntimeError(
+                    f"scipy_flow: more than max_events={max_events} kinks before "
+                    f"t={t} (t1={t1})."
+                )
+            verdict, pattern = decide(theta, pattern, index)
+            if verdict == "slide":
+                slid = True
+                break
+            if verdict == "cross":
+                direction = 1 if pattern[index] else -1
+                crossings.append((t, *layout.entry(index), direction))
+            if not pending:
+                # Pre-activations that reached zero in the same instant: already on the
+                # far side of their surface and still moving away from their pattern.
+                side = np.where(pattern, 1.0, -1.0)
+                late = (side * preacts(theta) < 0) & (
+                    side * preact_velocity(theta, pattern) < 0
+                )
+                pending = [int(i) for i in np.flatnonzero(late)]
+        if slid:
+            return ReferenceResult(layout.unflatten(theta.copy()), t, crossings, True, nfev)
+
+    return ReferenceResult(layout.unflatten(np.array(theta)), t, crossings, False, nfev)
+
+
+# --------------------------------------------------------------------------------------
+# Gradient descent in JAX
+# --------------------------------------------------------------------------------------
+
+
+def _relu(z):
+    # Not jnp.maximum: its derivative at 0 is 1/2, the paper's convention is σ'(0) = 0.
+    return jnp.where(z > 0, z, 0.0)
+
+
+def _jax_loss(params, X, Y, weight_decay, loss):
+    h = X
+    for W in params[:-1]:
+        h = _relu(h @ W.T)
+    F = h @ params[-1].T
+    if loss == "square":
+        value = 0.5 * jnp.sum((F - Y) ** 2)
+    elif loss == "mse":
+        value = jnp.mean((F - Y) ** 2)
+    else:
+        q = Y[:, 0] * F[:, 0]
+        if loss == "exponential":
+            value = jnp.mean(jnp.exp(-q))
+        else:
+            value = jnp.mean(jnp.logaddexp(0.0, -q))
+    return value + 0.5 * weight_decay * sum(jnp.sum(W**2) for W in params)
+
+
+def _descend(params, X, Y, lr, steps, weight_decay, loss):
+    grad = jax.grad(_jax_loss)
+
+    def step(p):
+        g = grad(p, X, Y, weight_decay, loss)
+        return [W - lr * gW for W, gW in zip(p, g)]
+
+    def block(_, p):
+        for _ in range(_UNROLL):
+            p = step(p)
+        return p
+
+    params = jax.lax.fori_loop(0, steps // _UNROLL, block, params)
+    return jax.lax.fori_loop(0, steps % _UNROLL, lambda _, p: step(p), params)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_descent(loss, batched, data_batched):
+    """The jitted descent loop; jit itself caches one compilation per shape."""
+    fn = functools.partial(_descend, loss=loss)
+    if batched:
+        data_axis = 0 if data_batched else None
+        fn = jax.vmap(fn, in_axes=(0, data_axis, data_axis, None, None, None))
+    return jax.jit(fn)
+
+
+def gradient_descent(params, X, Y, *, lr, steps, loss="square", weight_decay=0.0):
+    """Full-batch gradient descent `θ ← θ − lr·(∇L(θ) + λθ)`, in JAX float64.
+
+    The loop is jitted once per (shapes, `loss`); `lr`, `steps` and `weight_decay`
+    are traced, so changing them does not recompile. `σ'(0) = 0`, as in the paper.
+    `steps` steps of size `lr` approximate the gradient flow at time `lr·steps` with
+    an error of order `lr`.
+
+    **Arguments:**
+
+    - `params`: `[W_1, ..., W_k]`, `W_l` of shape `(d_l, d_{l-1})`.
+    - `X`: inputs, shape `(n, d_in)`.
+    - `Y`: targets, shape `(n, d_out)`; `(n,)` labels for the margin losses.
+    - `lr`: the step size, `> 0`.
+    - `steps`: the number of steps, an integer `>= 0`.
+    - `loss`: one of `"square"`, `"mse"`, `"exponential"`, `"logistic"`.
+    - `weight_decay`: `λ >= 0`.
+
+    **Returns:** the final weights, a list of NumPy arrays shaped like `params`.
+    """
+    _check_loss(loss)
+    params = _check_params(params)
+    X, Y = _check_data(X, Y, params[0].shape[1], params[-1].shape[0], loss)
+    lr = _check_positive(lr, "lr")
+    steps = _check_count(steps, "steps")
+    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+    out = _compiled_descent(loss, False, False)(
+        [jnp.asarray(W) for W in params], jnp.asarray(X), jnp.asarray(Y),
+        lr, steps, weight_decay,
+    )
+    return [np.asarray(W) for W in out]
+
+
+def gradient_descent_batch(params, X, Y, *, lr, steps, loss="square", weight_decay=0.0):
+    """[`gradient_descent`][] for a batch of networks at once (`jax.vmap`).
+
+    **Arguments:**
+
+    - `params`: `[W_1, ..., W_k]`, `W_l` of shape `(batch, d_l, d_{l-1})`.
+    - `X`, `Y`: shared data as for [`gradient_descent`][], or one data set per network
+      with a leading batch axis: `X` of shape `(batch, n, d_in)` and `Y` of shape
+      `(batch, n, d_out)` (`(batch, n)` for the margin losses).
+    - `lr`, `steps`, `loss`, `weight_decay`: as for [`gradient_descent`][], shared.
+
+    **Returns:** the final weights, a list of NumPy arrays of shape
+    `(batch, d_l, d_{l-1})`.
+    """
+    _check_loss(loss)
+    params = _check_params(params, batched=True)
+    batch = params[0].shape[0]
+    d_in, d_out = params[0].shape[2], params[-1].shape[1]
+    X = np.asarray(X, dtype=np.float64)
+    data_batched = X.ndim == 3
+    if data_batched:
+        Y = np.asarray(Y, dtype=np.float64)
+        if X.shape[0] != batch or Y.ndim == 0 or Y.shape[0] != batch:
+            raise ValueError(
+                f"batched `X` and `Y` must have leading axis {batch} like params; got "
+                f"shapes {X.shape} and {Y.shape}."
+            )
+        checked = [_check_data(x, y, d_in, d_out, loss) for x, y in zip(X, Y)]
+        X = np.stack([x for x, _ in checked])
+        Y = np.stack([y for _, y in checked])
+    else:
+        X, Y = _check_data(X, Y, d_in, d_out, loss)
+    lr = _check_positive(lr, "lr")
+    steps = _check_count(steps, "steps")
+    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+    out = _compiled_descent(loss, True, data_batched)(
+        [jnp.asarray(W) for W in params], jnp.asarray(X), jnp.asarray(Y),
+        lr, steps, weight_decay,
+    )
+    return [np.asarray(W) for W in out]

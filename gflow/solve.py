@@ -1,0 +1,303 @@
+"""Public entry points: :func:`simulate` (one trajectory) and :func:`simulate_batch`."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from .flow import _SOLVERS, Config, compiled, ravel
+from .losses import CLASSIFICATION, LOSSES
+from .networks import index_table
+from .solution import Crossings, Solution, Status
+
+__all__ = ["simulate", "simulate_batch"]
+
+
+def simulate(
+    params,
+    X,
+    Y,
+    *,
+    loss="square",
+    t1,
+    rtol=1e-8,
+    atol=1e-10,
+    weight_decay=0.0,
+    saveat=None,
+    gtol=None,
+    ltol=None,
+    solver="dopri8",
+    max_steps=100_000,
+    max_events=None,
+    max_sliding=None,
+    event_samples=8,
+    pcoeff=0.2,
+    icoeff=0.4,
+    throw=True,
+) -> Solution:
+    """Integrate the gradient flow ``dθ/dt = −∇L(θ)`` of a bias-free ReLU network exactly.
+
+    Between kinks a Diffrax Runge–Kutta solver (``solver``) under a PID step controller
+    integrates the smooth field of the current activation region to ``rtol``/``atol``.
+    Every zero crossing of a hidden pre-activation is located by root finding, recorded,
+    and resolved from the one-sided fields (transversal crossing, Filippov sliding,
+    touch); see :mod:`gflow.events` and :mod:`gflow.flow`.
+
+    Arguments:
+        params: ``[W_1, ..., W_k]`` (``k ≥ 2``), ``W_l`` of shape ``(d_l, d_{l-1})``.
+        X: inputs, shape ``(n, d_0)``.
+        Y: targets, shape ``(n, d_k)``; for ``loss="exponential"``/``"logistic"``, ``±1``
+            labels of shape ``(n,)`` (or ``(n, 1)``) with ``d_k = 1``.
+        loss: ``"square"`` (``½Σ‖N(x_i) − y_i‖²``), ``"mse"``, ``"exponential"``,
+            ``"logistic"``.
+        t1: final time (> 0; ``inf`` allowed with ``gtol`` or ``ltol``).
+        rtol, atol: tolerances of the step controller.
+        weight_decay: ``λ ≥ 0``; the flow is that of ``L + (λ/2)‖θ‖²``.
+        saveat: optional increasing times in ``[0, t1]`` at which to save parameters.
+        gtol: stop (status ``CONVERGED``) once ``‖∇L‖ < gtol`` after a step.
+        ltol: stop (status ``LOSS_BELOW``) once the loss is below ``ltol``.
+        solver: ``"dopri8"`` (default), ``"dopri5"`` or ``"tsit5"`` (Diffrax solvers).
+        max_steps: iteration budget (steps, rejected steps and events).
+        max_events: event budget (default ``64 + 16·P``, ``P`` = number of pre-activations).
+        max_sliding: most units that may slide at once (default ``min(P, 8)``).
+        event_samples: guards are checked at this many points of each step's dense
+            interpolant (the end included), so a pre-activation that dips below zero and
+            comes back inside one step is still caught unless both crossings fall
+            between two samples.
+        pcoeff, icoeff: PID coefficients.
+        throw: raise ``RuntimeError`` when the status is not a success.
+
+    Returns:
+        A :class:`gflow.Solution`.
+
+    Example:
+        >>> X = jnp.array([[1.0, 0.0], [0.0, 1.0]]); Y = jnp.eye(2)
+        >>> sol = gflow.simulate([W, V], X, Y, t1=50.0)
+        >>> sol.crossings.rows(), sol.regions()
+    """
+    params = _as_params(params, batched=False)
+    X, Y = _as_data(X, Y, loss, batched=False)
+    sol = simulate_batch(
+        [W[None] for W in params], X, Y, loss=loss, t1=t1, rtol=rtol, atol=atol, weight_decay=weight_decay,
+        saveat=saveat, gtol=gtol, ltol=ltol, solver=solver, max_steps=max_steps, max_events=max_events,
+        max_sliding=max_sliding, event_samples=event_samples, pcoeff=pcoeff, icoeff=icoeff, throw=False,
+    )[0]  # fmt: skip
+    if throw and not sol.status.success:
+        raise RuntimeError(f"gflow.simulate: {sol.status.name}: {sol.status.message} (t = {float(sol.t):.6g})")
+    return sol
+
+
+def simulate_batch(
+    params,
+    X,
+    Y,
+    *,
+    loss="square",
+    t1,
+    rtol=1e-8,
+    atol=1e-10,
+    weight_decay=0.0,
+    saveat=None,
+    gtol=None,
+    ltol=None,
+    solver="dopri8",
+    max_steps=100_000,
+    max_events=None,
+    max_sliding=None,
+    event_samples=8,
+    pcoeff=0.2,
+    icoeff=0.4,
+    throw=False,
+) -> Solution:
+    """:func:`simulate` for a batch of trajectories, as one compiled computation.
+
+    Every weight matrix carries a leading batch axis ``B``. ``X`` and ``Y`` are shared
+    (shapes as in :func:`simulate`) or carry the same leading batch axis (one data set
+    per member); ``weight_decay`` is a float or one per member. The program is compiled
+    once per shape and configuration and reused.
+
+    Returns a :class:`gflow.Solution` whose fields have a leading axis ``B``: ``status``
+    holds int codes (``gflow.Status``) per member, crossings are padded to
+    ``max_events`` with a per-member ``count``. ``solution[b]`` is member ``b`` as a
+    single-trajectory solution. One member failing (non-finite, budgets) is reported in
+    its status; the others finish. ``throw=True`` raises if any member failed.
+    """
+    params = _as_params(params, batched=True)
+    B = params[0].shape[0]
+    X, Y = _as_data(X, Y, loss, batched=True, B=B)
+    _check_chain(params, X, Y, loss)
+    if loss not in LOSSES:
+        raise ValueError(f"loss: expected one of {sorted(LOSSES)}, got {loss!r}")
+    if solver not in _SOLVERS:
+        raise ValueError(f"solver: expected one of {sorted(_SOLVERS)}, got {solver!r}")
+    t1 = _positive("t1", t1, allow_inf=gtol is not None or ltol is not None)
+    rtol = _positive("rtol", rtol)
+    atol = _positive("atol", atol)
+    if rtol >= 1:
+        raise ValueError(f"rtol: expected a value in (0, 1), got {rtol!r}")
+    wd = np.broadcast_to(np.asarray(weight_decay, dtype=np.float64), (B,)) if np.ndim(weight_decay) == 0 else np.asarray(weight_decay, np.float64)
+    if wd.shape != (B,) or not np.all(np.isfinite(wd)) or np.any(wd < 0):
+        raise ValueError(f"weight_decay: expected a finite float >= 0 or {B} of them, got {weight_decay!r}")
+    gtol_v = np.inf if gtol is None else _positive("gtol", gtol)
+    ltol_v = np.inf if ltol is None else _positive("ltol", ltol)
+    ts = np.zeros(0) if saveat is None else np.asarray(saveat, dtype=np.float64).reshape(-1)
+    if ts.size and (not np.all(np.isfinite(ts)) or ts[0] < 0 or ts[-1] > t1 or np.any(np.diff(ts) <= 0)):
+        raise ValueError(f"saveat: expected strictly increasing finite times in [0, t1={t1}], got {saveat!r}")
+    n = X.shape[1]
+    hidden = tuple(W.shape[1] for W in params[:-1])
+    P = n * sum(hidden)
+    max_events = 64 + 16 * P if max_events is None else _count("max_events", max_events)
+    max_sliding = min(P, 8) if max_sliding is None else _count("max_sliding", max_sliding)
+    cfg = Config(
+        loss=loss, solver=solver, shapes=tuple(tuple(W.shape[1:]) for W in params), n=n,
+        max_steps=_count("max_steps", max_steps), max_events=max_events, max_sliding=min(max_sliding, P),
+        event_samples=max(_count("event_samples", event_samples), 1), n_save=len(ts),
+        use_gtol=gtol is not None, use_ltol=ltol is not None, pcoeff=float(pcoeff), icoeff=float(icoeff),
+    )  # fmt: skip
+    run, _ = compiled(cfg)
+    y0 = ravel([jnp.asarray(W) for W in params])
+    final, loss_v, gnorm, mode0 = run(
+        y0, jnp.asarray(X), jnp.asarray(Y), jnp.asarray(wd), t1, rtol, atol, gtol_v, ltol_v, jnp.asarray(ts)
+    )
+    sol = _to_solution(final, loss_v, gnorm, mode0, params, ts, n, hidden)
+    if throw and not all(Status(int(s)).success for s in sol.status):
+        raise RuntimeError(f"gflow.simulate_batch: {sol.message}")
+    return sol
+
+
+# ---- conversion --------------------------------------------------------------------------
+def _unravel_np(y, shapes):
+    out, start = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        out.append(y[..., start : start + size].reshape(y.shape[:-1] + tuple(shape)))
+        start += size
+    return out
+
+
+def _to_solution(final, loss, gnorm, mode0, params, ts, n, hidden):
+    shapes = [W.shape[1:] for W in params]
+    layer_of, neuron_of, point_of = index_table(n, hidden)
+    k = np.asarray(final.ev_k)
+    valid = k >= 0
+    kk = np.where(valid, k, 0)
+
+    def pick(table):
+        return np.where(valid, table[kk], -1) if table.size else np.full(k.shape, -1)
+
+    E = k.shape[1]
+    crossings = Crossings(
+        t=np.asarray(final.ev_t),
+        layer=pick(layer_of),
+        neuron=pick(neuron_of),
+        point=pick(point_of),
+        direction=np.where(valid, np.asarray(final.ev_dir), 0),
+        kind=np.asarray(final.ev_kind),
+        count=np.minimum(np.asarray(final.n_ev), E),
+    )
+    return Solution(
+        params=_unravel_np(np.asarray(final.y), shapes),
+        t=np.asarray(final.t),
+        loss=np.asarray(loss),
+        grad_norm=np.asarray(gnorm),
+        status=np.asarray(final.status),
+        crossings=crossings,
+        ts=ts,
+        ys=_unravel_np(np.asarray(final.saved), shapes),
+        initial_modes=np.asarray(mode0),
+        final_modes=np.asarray(final.mode),
+        stats=dict(
+            num_accepted=np.asarray(final.n_acc),
+            num_rejected=np.asarray(final.n_rej),
+            num_events=np.asarray(final.n_ev),
+            num_iterations=np.asarray(final.n_iter),
+        ),
+        n=n,
+        hidden_widths=hidden,
+    )
+
+
+# ---- validation --------------------------------------------------------------------------
+def _as_params(params, batched):
+    if not isinstance(params, (list, tuple)) or len(params) < 2:
+        raise ValueError(
+            f"params: expected a list [W_1, ..., W_k] of k >= 2 weight matrices, got "
+            f"{type(params).__name__}{'' if not isinstance(params, (list, tuple)) else f' of length {len(params)}'}"
+        )
+    out = []
+    ndim = 3 if batched else 2
+    for ell, W in enumerate(params):
+        A = np.asarray(W)
+        if A.ndim != ndim or not np.issubdtype(A.dtype, np.number) or np.iscomplexobj(A):
+            what = "(B, d_l, d_{l-1})" if batched else "(d_l, d_{l-1})"
+            raise ValueError(f"params[{ell}]: expected a real array of shape {what}, got shape {A.shape} dtype {A.dtype}")
+        if not np.all(np.isfinite(A)):
+            raise ValueError(f"params[{ell}]: expected finite values, got {np.sum(~np.isfinite(A))} non-finite entries")
+        out.append(A.astype(np.float64))
+    for ell in range(1, len(out)):
+        if out[ell].shape[-1] != out[ell - 1].shape[-2]:
+            raise ValueError(
+                f"params[{ell}]: expected {out[ell - 1].shape[-2]} columns (the width of layer {ell}), "
+                f"got shape {out[ell].shape}"
+            )
+    if batched and len({W.shape[0] for W in out}) != 1:
+        raise ValueError(f"params: expected one batch size on every matrix, got {[W.shape[0] for W in out]}")
+    return out
+
+
+def _as_data(X, Y, loss, batched, B=None):
+    X = np.asarray(X)
+    Y = np.asarray(Y)
+    shared = X.ndim == 2
+    if not (X.ndim == 2 or (batched and X.ndim == 3)) or not np.issubdtype(X.dtype, np.number):
+        raise ValueError(f"X: expected a real array of shape (n, d_in){' or (B, n, d_in)' if batched else ''}, got shape {X.shape}")
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"X: expected finite values, got {np.sum(~np.isfinite(X))} non-finite entries")
+    if loss in CLASSIFICATION:
+        if Y.ndim == X.ndim and Y.shape[-1] == 1:
+            Y = Y[..., 0]
+        if Y.shape != X.shape[:-1]:
+            raise ValueError(f"Y: expected ±1 labels of shape {X.shape[:-1]} for loss={loss!r}, got shape {Y.shape}")
+        if not np.all(np.isin(Y, (-1.0, 1.0))):
+            raise ValueError(f"Y: expected labels in {{-1, +1}} for loss={loss!r}, got values {np.unique(Y)[:6]}")
+    else:
+        if Y.ndim != X.ndim or Y.shape[:-1] != X.shape[:-1]:
+            raise ValueError(f"Y: expected shape {X.shape[:-1] + ('d_out',)} (one target per row of X), got shape {Y.shape}")
+        if not np.all(np.isfinite(Y)):
+            raise ValueError(f"Y: expected finite values, got {np.sum(~np.isfinite(Y))} non-finite entries")
+    X = X.astype(np.float64)
+    Y = Y.astype(np.float64)
+    if batched:
+        if shared:
+            X = np.broadcast_to(X, (B,) + X.shape)
+            Y = np.broadcast_to(Y, (B,) + Y.shape)
+        elif X.shape[0] != B or Y.shape[0] != B:
+            raise ValueError(f"X, Y: expected a leading batch axis of size {B} (as params), got {X.shape[0]} and {Y.shape[0]}")
+    return X, Y
+
+
+def _check_chain(params, X, Y, loss):
+    if params[0].shape[-1] != X.shape[-1]:
+        raise ValueError(f"params[0]: expected {X.shape[-1]} columns (d_in of X), got shape {params[0].shape}")
+    d_out = 1 if loss in CLASSIFICATION else Y.shape[-1]
+    if params[-1].shape[-2] != d_out:
+        raise ValueError(f"params[-1]: expected {d_out} rows (d_out of Y), got shape {params[-1].shape}")
+
+
+def _positive(name, value, allow_inf=False):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a positive float, got {value!r}") from None
+    if not (v > 0) or (math.isinf(v) and not allow_inf):
+        extra = " (inf only with gtol or ltol)" if name == "t1" else ""
+        raise ValueError(f"{name}: expected a finite positive float{extra}, got {value!r}")
+    return v
+
+
+def _count(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
