@@ -64,16 +64,17 @@ class System:
     parameter vector ``y``) and are vmapped by :mod:`gflow.flow`.
     """
 
-    def __init__(self, unravel, objective, n, hidden_widths, max_sliding, newton_steps):
+    def __init__(self, unravel, loss, n, hidden_widths, max_sliding):
+        from .losses import LOSSES, objective
         from .networks import preactivations
 
         self.unravel = unravel
-        self.objective = objective
+        self.objective = objective(loss)
+        self.loss_fn = LOSSES[loss]
         self.n = n
         self.hidden_widths = tuple(hidden_widths)
         self.P = n * sum(hidden_widths)
         self.K = max_sliding
-        self.newton_steps = newton_steps
         self._preactivations = preactivations
 
     # -- pieces ---------------------------------------------------------------------------
@@ -115,10 +116,10 @@ class System:
     def equivalent_control(self, y, data, mode, warm):
         """Slopes with every sliding unit's control solved so that all sliding ``ṗ = 0``.
 
-        Newton's method on the (at most ``K``) sliding controls, started from ``warm``;
-        the rates are multilinear in the controls (affine for depth 2, where one step is
-        exact). Returns ``(slopes, control)``, both ``(P,)``; ``control`` holds the
-        solved values at sliding units and ``warm`` elsewhere.
+        Returns ``(slopes, control)``, both ``(P,)``; ``control`` holds the solved values
+        at sliding units and ``warm`` elsewhere. The rates are multilinear in the controls:
+        for depth 2 they are affine and solved in closed form from one backward pass
+        (:meth:`_control_depth2`); deeper networks use Newton's method from ``warm``.
         """
         P = self.P
         idx, valid = self.sliding_slots(mode)
@@ -127,17 +128,41 @@ class System:
         def scatter(cK):
             return jnp.append(base, 0.0).at[idx].set(jnp.where(valid, cK, 0.0))[:P]
 
-        def residual(cK):
-            _, pdot = self.field_and_rates(y, data, scatter(cK))
-            r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
-            return r, r
+        if len(self.hidden_widths) == 1:
+            c = self._control_depth2(y, data, base, idx, valid)
+        else:
 
-        c = jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
-        for _ in range(self.newton_steps):
-            J, r = jax.jacfwd(residual, has_aux=True)(c)
-            c = c - jnp.linalg.solve(J, r)
+            def residual(cK):
+                _, pdot = self.field_and_rates(y, data, scatter(cK))
+                r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
+                return r, r
+
+            c = jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
+            for _ in range(3):
+                J, r = jax.jacfwd(residual, has_aux=True)(c)
+                c = c - _solve_small(J, r)
         control = jnp.append(warm, 0.0).at[idx].set(jnp.where(valid, c, 0.0))[:P]
         return scatter(c), control
+
+    def _control_depth2(self, y, data, base, idx, valid):
+        """Depth 2: with ``β = ∂ℓ/∂H`` (``H`` the hidden activations, ``(n, d_1)``) and the
+        Gram matrix ``G = X Xᵀ``, ``ṗ_{j,i'} = −Σ_i s_{j,i} β_{i,j} G_{i,i'} − λ p_{j,i'}``,
+        and ``β`` does not depend on the slopes of units at ``p = 0``: the sliding
+        controls solve a small linear system, one block per neuron."""
+        X, Y, wd = data
+        W1, W2 = self.unravel(y)
+        n, d1 = self.n, self.hidden_widths[0]
+        S = base.reshape(d1, n)  # [neuron, point]
+        pre = X @ W1.T  # [point, neuron]
+        beta = jax.grad(lambda H: self.loss_fn(H @ W2.T, Y))(S.T * pre)
+        gram = X @ X.T
+        pdot0 = -((S * beta.T) @ gram) - wd * pre.T  # [neuron, point]
+        j, i = idx // n, idx % n
+        A = (j[:, None] == j[None, :]) * beta[i[None, :], jnp.minimum(j, d1 - 1)[:, None]] * gram[i[None, :], i[:, None]]
+        both = valid[:, None] & valid[None, :]
+        A = jnp.where(both, A, jnp.eye(self.K))
+        rhs = jnp.where(valid, jnp.append(pdot0.reshape(-1), 0.0)[idx], 0.0)
+        return _solve_small(A, rhs)
 
     def slopes(self, y, data, mode, control, any_sliding):
         """Slopes for the current modes; solves the sliding controls only when
@@ -226,3 +251,19 @@ class System:
             (leave, jnp.full(P, int(Kind.SLIDE_END), jnp.int32), jnp.where(control2 > 1.0, 1, -1).astype(jnp.int32)),
         )
         return mode2.astype(mode.dtype), control2, pending & ~handled, records
+
+
+def _solve_small(A, b):
+    """Solve ``A x = b`` for a small ``(K, K)`` system by Gauss–Jordan elimination with
+    partial pivoting, unrolled: under ``vmap`` on CPU this is far cheaper than a batched
+    LAPACK call for the tiny systems of sliding controls."""
+    K = b.shape[0]
+    M = jnp.concatenate([A, b[:, None]], axis=1)
+    rows = jnp.arange(K)
+    for col in range(K):
+        piv = jnp.argmax(jnp.where(rows >= col, jnp.abs(M[:, col]), -1.0))
+        swap = jnp.where(rows == col, piv, jnp.where(rows == piv, col, rows))
+        M = M[swap]
+        M = M.at[col].set(M[col] / M[col, col])
+        M = M - jnp.where(rows[:, None] == col, 0.0, M[:, col : col + 1]) * M[col][None, :]
+    return M[:, K]

@@ -30,7 +30,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import events as ev
-from .losses import objective
 from .solution import Status
 
 _SOLVERS = {"dopri8": diffrax.Dopri8, "dopri5": diffrax.Dopri5, "tsit5": diffrax.Tsit5}
@@ -71,6 +70,7 @@ class _State(NamedTuple):
     made_jump: jax.Array
     forced: jax.Array
     pending: jax.Array
+    armed: jax.Array
     ev_t: jax.Array
     ev_k: jax.Array
     ev_kind: jax.Array
@@ -101,14 +101,7 @@ def ravel(params):
 @functools.lru_cache(maxsize=64)
 def compiled(cfg: Config):
     """The jitted batch integrator for one configuration."""
-    system = ev.System(
-        _unravel_for(cfg.shapes),
-        objective(cfg.loss),
-        cfg.n,
-        cfg.hidden_widths,
-        cfg.max_sliding,
-        newton_steps=1 if len(cfg.shapes) == 2 else 3,
-    )
+    system = ev.System(_unravel_for(cfg.shapes), cfg.loss, cfg.n, cfg.hidden_widths, cfg.max_sliding)
     solver = _SOLVERS[cfg.solver]()
     P, E, M = system.P, cfg.max_events, cfg.event_samples
 
@@ -148,6 +141,8 @@ def compiled(cfg: Config):
         mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
             jnp.any(on_surface), initial_events, lambda a: a, (mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev)
         )
+        p0 = vmap(system.preacts)(y0, data)
+        armed = jnp.where(mode == ev.SLIDING, False, jnp.abs(p0) > _noise(p0)[:, None])
         any_sliding = jnp.any(mode == ev.SLIDING)
         initial_mode = mode
 
@@ -170,7 +165,7 @@ def compiled(cfg: Config):
         status = jnp.where(n_ev > E, Status.MAX_EVENTS, Status.RUNNING).astype(jnp.int32)
         state = _State(
             t=jnp.zeros(B), y=y0, mode=mode, control=control, dt=dt0, dt_resume=dt0, pid=pid0, fsal=fsal0,
-            made_jump=jnp.zeros(B, bool), forced=jnp.zeros(B, bool), pending=jnp.zeros((B, P), bool),
+            made_jump=jnp.zeros(B, bool), forced=jnp.zeros(B, bool), pending=jnp.zeros((B, P), bool), armed=armed,
             ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind, ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
             n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i, status=status,
         )  # fmt: skip
@@ -194,6 +189,11 @@ def compiled(cfg: Config):
             taus = s.t + h * jnp.arange(1, M) / M
             ys = jnp.concatenate([s.y[None], vmap(interp.evaluate)(taus), y1[None]])
             G = vmap(lambda y: system.guards(y, data, s.mode, s.control, any_sliding))(ys)
+            # A unit that has not yet left the round-off band since its last event fires
+            # only once it is clearly past its surface (no events from noise).
+            noise = _noise(jnp.where(s.mode == ev.SLIDING, 0.0, G[0]))
+            shift = jnp.where(s.armed, 0.0, noise)
+            G = G + shift
             cross = (G[:-1] > 0) & (G[1:] <= 0)
             hit = jnp.any(cross, axis=1)
             m = jnp.argmax(hit)
@@ -203,6 +203,7 @@ def compiled(cfg: Config):
             return dict(
                 t_next=t_next, y1=y1, dense=dense, fsal1=fsal1, keep=keep | s.forced, pid1=pid1, dt_new=dt_new,
                 finite=finite, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m], G_hi=G[m + 1],
+                shift=shift, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0),
             )  # fmt: skip
 
         def member_locate(s, o, data, any_sliding):
@@ -211,7 +212,7 @@ def compiled(cfg: Config):
 
             def H(tau):
                 y = interp.evaluate(tau)
-                g = system.guards(y, data, s.mode, s.control, any_sliding)
+                g = system.guards(y, data, s.mode, s.control, any_sliding) + o["shift"]
                 return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
 
             f_lo = jnp.min(jnp.where(o["cand"], o["G_lo"], jnp.inf))
@@ -270,6 +271,8 @@ def compiled(cfg: Config):
                 lambda: _handle_all(vmap(member_handle)(o["y1"], s.mode, s.control, s.pending, data), forced_done, o["t_next"], s),
                 lambda: (s.mode, s.control, s.pending, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
             )
+            changed = (pending != s.pending) | (mode != s.mode)
+            armed = jnp.where(accept[:, None], o["armed"] & ~changed, s.armed)
             pending = jnp.where(has_event[:, None], new_pending, pending)
             more = forced_done & jnp.any(pending, axis=1)
             t = jnp.where(accept, o["t_next"], s.t)
@@ -311,7 +314,7 @@ def compiled(cfg: Config):
             ).astype(jnp.int32)  # fmt: skip
             new = _State(
                 t=t, y=y, mode=mode, control=control, dt=dt, dt_resume=dt_resume, pid=pid, fsal=fsal,
-                made_jump=made_jump, forced=forced, pending=pending, ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind,
+                made_jump=made_jump, forced=forced, pending=pending, armed=armed, ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind,
                 ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
                 n_acc=s.n_acc + accept, n_rej=s.n_rej + (~o["keep"] & ~has_event), n_iter=n_iter, status=status,
             )  # fmt: skip
@@ -372,6 +375,11 @@ def compiled(cfg: Config):
         return ev_t, ev_k, ev_kind, ev_dir, n_ev
 
     return jax.jit(run), system
+
+
+def _noise(p):
+    """Round-off band of the guards of one member: ``1e-12·max(1, max|p|)``."""
+    return 1e-12 * jnp.maximum(1.0, jnp.max(jnp.abs(p), axis=-1, initial=0.0))
 
 
 def _bcast(mask, a):

@@ -167,9 +167,9 @@ class Solution(eqx.Module):
             raise TypeError("len(): a single-trajectory solution has no batch axis")
         return len(self.status)
 
-    def regions(self, layer: int = 0, X=None):
+    def regions(self, layer: int = 0):
         """Activation-pattern intervals of every neuron of a hidden layer; see
         :func:`gflow.regions.neuron_regions`."""
         from .regions import neuron_regions
 
-        return neuron_regions(self, layer, X)
+        return neuron_regions(self, layer)

@@ -1,0 +1,120 @@
+"""Region tracker: which activation region each hidden neuron occupies over time.
+
+A neuron's *pattern* is the mode of its pre-activation on every data point
+(``"+"`` active, ``"-"`` inactive, ``"0"`` sliding on the surface). Patterns change only
+at recorded events, so the tracker rebuilds them exactly from a solution's initial
+modes and its crossings.
+
+For the paper's two-point setting (``n = 2``, first layer) patterns carry the names of
+SPEC §4: ``D`` (inactive on both points), ``S`` (active on both), ``S1`` (active on
+``x_1`` only), ``S2`` (active on ``x_2`` only). A neuron sliding on a boundary is named by
+the cones it separates, e.g. ``"S1|S"`` while it slides on ``w·x_2 = 0`` with
+``w·x_1 > 0``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+
+import numpy as np
+
+from .events import ACTIVE, INACTIVE, SLIDING, Kind
+
+__all__ = ["Interval", "NeuronRegions", "neuron_regions", "two_point_name"]
+
+_SYMBOL = {INACTIVE: "-", ACTIVE: "+", SLIDING: "0"}
+_CONES = {("+", "+"): "S", ("+", "-"): "S1", ("-", "+"): "S2", ("-", "-"): "D"}
+_CONE_ORDER = ("D", "S", "S1", "S2")
+
+
+def two_point_name(pattern: str) -> str:
+    """Name of a two-point first-layer pattern (``"+-"`` → ``"S1"``, ``"+0"`` → ``"S1|S"``)."""
+    options = [("+", "-") if c == "0" else (c,) for c in pattern]
+    names = {_CONES[combo] for combo in itertools.product(*options)}
+    return "|".join(sorted(names, key=lambda s: (s not in ("S1", "S2"), _CONE_ORDER.index(s)))) if len(names) > 1 else names.pop()
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """``[t_start, t_end)`` during which a neuron keeps one activation pattern."""
+
+    t_start: float
+    t_end: float
+    pattern: str
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name is not None else self.pattern
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuronRegions:
+    """The intervals of one neuron; ``at(t)`` gives the interval in force at time ``t``."""
+
+    layer: int
+    neuron: int
+    intervals: tuple
+
+    def at(self, t: float) -> Interval:
+        starts = [iv.t_start for iv in self.intervals]
+        return self.intervals[max(bisect.bisect_right(starts, t) - 1, 0)]
+
+    def sequence(self) -> list[str]:
+        """Labels in the order visited, e.g. ``["S", "S1|S", "S1"]``."""
+        return [iv.label for iv in self.intervals]
+
+
+def _apply(mode, kind, direction):
+    if kind == Kind.SLIDE_START:
+        return SLIDING
+    if kind in (Kind.CROSS, Kind.SLIDE_END):
+        return ACTIVE if direction > 0 else INACTIVE
+    return mode
+
+
+def neuron_regions(solution, layer: int = 0) -> list[NeuronRegions]:
+    """Activation-pattern intervals of every neuron of hidden ``layer`` (0-based).
+
+    Arguments:
+        solution: a single-trajectory :class:`gflow.Solution` (index a batch first).
+        layer: hidden layer index, ``0 ≤ layer < k − 1``.
+
+    Returns:
+        One :class:`NeuronRegions` per neuron of the layer, intervals covering
+        ``[0, solution.t]``. Names follow SPEC §4 when ``n = 2`` and ``layer = 0``.
+    """
+    if np.ndim(solution.t) != 0:
+        raise ValueError("solution: expected a single-trajectory solution; index a batch solution first (sol[b])")
+    widths = solution.hidden_widths
+    if not 0 <= layer < len(widths):
+        raise ValueError(f"layer: expected a hidden layer index in [0, {len(widths)}), got {layer!r}")
+    n = solution.n
+    offset = n * sum(widths[:layer])
+    d = widths[layer]
+    modes = np.asarray(solution.initial_modes)[offset : offset + d * n].reshape(d, n).copy()
+    named = n == 2 and layer == 0
+    cr = solution.crossings
+    t_final = float(solution.t)
+    out = []
+    for j in range(d):
+        rows = [e for e in range(int(cr.count)) if cr.layer[e] == layer and cr.neuron[e] == j]
+        intervals, start, current = [], 0.0, modes[j].copy()
+        for t, group in itertools.groupby(rows, key=lambda e: float(cr.t[e])):
+            new = current.copy()
+            for e in group:
+                new[cr.point[e]] = _apply(new[cr.point[e]], cr.kind[e], cr.direction[e])
+            if np.array_equal(new, current):
+                continue
+            intervals.append(_interval(start, t, current, named))
+            start, current = t, new
+        intervals.append(_interval(start, t_final, current, named))
+        out.append(NeuronRegions(layer, j, tuple(intervals)))
+    return out
+
+
+def _interval(t0, t1, modes, named):
+    pattern = "".join(_SYMBOL[int(m)] for m in modes)
+    return Interval(t0, t1, pattern, two_point_name(pattern) if named else None)
