@@ -12,12 +12,12 @@ next (SPEC §2):
 - ``a₊``, ``a₋``: ``ṗ_k`` under the field with ``k``'s slope set to 1 and to 0 (every other
   unit as it is). ``ṗ_k`` is affine in that slope, so the Filippov field on the surface is
   ``c·a₊ + (1−c)·a₋`` for slope ``c``.
-- Arriving from the active side (``p`` fell to 0): both fields push into the surface
-  (``a₊ < 0 < a₋``) → sliding starts with ``c = a₋/(a₋ − a₊)``; the inactive field
-  does not push back (``a₋ ≤ 0``) → transversal crossing, the unit becomes inactive;
-  the active field no longer pushes into the surface (``a₊ ≥ 0``) → a touch, it stays
-  active (a repelling surface, ``a₊ > 0 > a₋``, is reported as such). Arrivals from the
-  inactive side mirror this.
+- Arriving from the active side (``p`` fell to 0): the inactive field pushes back
+  (``a₋ > 0``) → sliding starts with ``c = a₋/(a₋ − a₊)``; the active field clearly
+  pushes away (``a₊ > 0``, a graze) → a touch, it stays active (reported as repelling
+  if also ``a₋ < 0``); otherwise → transversal crossing, it becomes inactive (``a₋ ≈ 0``
+  included: by ``σ'(0) = 0`` a unit whose inactive field is tangent, such as a dying
+  neuron, is inactive). Arrivals from the inactive side mirror this.
 - A sliding unit leaves when its control reaches 0 (to the inactive side) or 1 (to the
   active side).
 
@@ -217,18 +217,33 @@ class System:
         plus_pos, plus_neg = a_plus > tol, a_plus < -tol
         minus_pos, minus_neg = a_minus > tol, a_minus < -tol
         was_active = jnp.append(mode, INACTIVE)[idx] == ACTIVE
-        slide = plus_neg & minus_pos
-        # From the active side: cross if the inactive field does not push back.
-        down = was_active & ~slide & ((plus_neg & ~minus_pos) | (~plus_pos & minus_neg))
-        # From the inactive side, the mirror image.
-        rise = ~was_active & ~slide & ((minus_pos & ~plus_neg) | (~minus_neg & plus_pos))
-        repel = plus_pos & minus_neg & ~down & ~rise
+        if initial:
+            # Starting on the surface in the inactive mode (σ'(0) = 0): only an inactive
+            # field that lifts p off the surface changes anything.
+            slide = ~was_active & minus_pos & plus_neg
+            rise = ~was_active & minus_pos & ~plus_neg
+            down = jnp.zeros_like(rise)
+            repel = ~was_active & minus_neg & plus_pos
+        else:
+            # The guard fired, so the unit arrived from its own side: its own field pushes
+            # into the surface, whatever round-off says. From the active side it slides if
+            # the inactive field pushes back, touches and stays if the active field clearly
+            # pushes away (a graze), else crosses (a_- ≈ 0 included: the convention σ'(0) = 0
+            # makes a unit whose inactive field is tangent inactive, e.g. a dying neuron).
+            # The inactive side mirrors this.
+            stay = jnp.where(was_active, plus_pos, minus_neg)
+            slide = ~stay & jnp.where(was_active, minus_pos, plus_neg)
+            down = was_active & ~stay & ~slide
+            rise = ~was_active & ~stay & ~slide
+            repel = stay & jnp.where(was_active, minus_neg, plus_pos)
         new_mode_q = jnp.where(slide, SLIDING, jnp.where(down, INACTIVE, jnp.where(rise, ACTIVE, jnp.append(mode, 0)[idx])))
         kind_q = jnp.where(
             slide, Kind.SLIDE_START, jnp.where(down | rise, Kind.CROSS, jnp.where(repel, Kind.REPEL, Kind.TOUCH))
         )
         dir_q = jnp.where(rise, 1, jnp.where(down, -1, 0))
-        c_q = a_minus / jnp.where(slide, a_minus - a_plus, 1.0)
+        a_minus_in = jnp.maximum(a_minus, 0.0)
+        a_plus_in = jnp.minimum(a_plus, 0.0)
+        c_q = jnp.where(slide, a_minus_in / jnp.where(slide, a_minus_in - a_plus_in, 1.0), 0.0)
         record_q = valid & (slide | rise | repel) if initial else valid
 
         def put(base, values):
@@ -246,9 +261,16 @@ class System:
         _, control2 = self.equivalent_control(y, data, mode1, control1)
         leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0))
         mode2 = jnp.where(leave, jnp.where(control2 > 1.0, ACTIVE, INACTIVE), mode1)
+        leave_dir = jnp.where(control2 > 1.0, 1, -1).astype(jnp.int32)
+        # A unit that would start sliding and leave in the same instant has simply crossed
+        # (or touched, if it leaves to the side it came from): one event, one record.
+        merged = leave & mask1 & (kind1 == Kind.SLIDE_START)
+        crossed = mode2 != mode
+        kind1 = jnp.where(merged, jnp.where(crossed, Kind.CROSS, Kind.TOUCH), kind1)
+        dir1 = jnp.where(merged, jnp.where(crossed, leave_dir, 0), dir1)
         records = (
             (mask1, kind1, dir1),
-            (leave, jnp.full(P, int(Kind.SLIDE_END), jnp.int32), jnp.where(control2 > 1.0, 1, -1).astype(jnp.int32)),
+            (leave & ~merged, jnp.full(P, int(Kind.SLIDE_END), jnp.int32), leave_dir),
         )
         return mode2.astype(mode.dtype), control2, pending & ~handled, records
 

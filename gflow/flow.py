@@ -43,7 +43,6 @@ class Config:
     solver: str
     shapes: tuple
     n: int
-    max_steps: int
     max_events: int
     max_sliding: int
     event_samples: int
@@ -95,7 +94,8 @@ def _unravel_for(shapes):
 
 
 def ravel(params):
-    return jnp.concatenate([jnp.reshape(W, W.shape[:-2] + (-1,)) for W in params], axis=-1)
+    """Flatten ``[W_1, ..., W_k]`` (each with the same leading axes) to ``(..., D)``."""
+    return np.concatenate([np.reshape(W, W.shape[:-2] + (-1,)) for W in params], axis=-1)
 
 
 @functools.lru_cache(maxsize=64)
@@ -112,7 +112,7 @@ def compiled(cfg: Config):
     terms = diffrax.ODETerm(vector_field)
     error_order = solver.order(terms) + 1
 
-    def run(y0, X, Y, wd, t1, rtol, atol, gtol, ltol, ts):
+    def run(y0, X, Y, wd, t1, rtol, atol, gtol, ltol, ts, max_steps):
         B = y0.shape[0]
         data = (X, Y, wd)
         controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
@@ -182,13 +182,17 @@ def compiled(cfg: Config):
             keep, _, next_t1, _, pid1, _ = controller.adapt_step_size(
                 s.t, t_next, s.y, y1, args, y_err, error_order, s.pid
             )
-            dt_new = next_t1 - jnp.where(keep, t_next, s.t)
-            finite = jnp.all(jnp.isfinite(y1))
+            finite = jnp.all(jnp.isfinite(y1)) & jnp.all(jnp.isfinite(y_err))
+            # A non-finite candidate (e.g. a sliding control that becomes singular inside
+            # the step) is a rejected step: retry with a quarter of the step.
+            keep = keep & finite
+            dt_new = jnp.where(finite, next_t1 - jnp.where(keep, t_next, s.t), 0.25 * h)
             # Guards at the start, interior samples and end of the step.
             interp = interpolant(s.t, t_next, dense)
             taus = s.t + h * jnp.arange(1, M) / M
             ys = jnp.concatenate([s.y[None], vmap(interp.evaluate)(taus), y1[None]])
             G = vmap(lambda y: system.guards(y, data, s.mode, s.control, any_sliding))(ys)
+            G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
             # A unit that has not yet left the round-off band since its last event fires
             # only once it is clearly past its surface (no events from noise).
             noise = _noise(jnp.where(s.mode == ev.SLIDING, 0.0, G[0]))
@@ -212,7 +216,8 @@ def compiled(cfg: Config):
 
             def H(tau):
                 y = interp.evaluate(tau)
-                g = system.guards(y, data, s.mode, s.control, any_sliding) + o["shift"]
+                g = system.guards(y, data, s.mode, s.control, any_sliding)
+                g = jnp.where(jnp.isnan(g), -1.0, g) + o["shift"]
                 return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
 
             f_lo = jnp.min(jnp.where(o["cand"], o["G_lo"], jnp.inf))
@@ -297,17 +302,18 @@ def compiled(cfg: Config):
             step_collapsed = ~o["keep"] & (o["dt_new"] <= 1e-14 * jnp.maximum(jnp.abs(s.t), 1.0))
             status = jnp.select(
                 [
-                    ~o["finite"],
+                    step_collapsed & ~o["finite"],
+                    ~jnp.isfinite(dt),
                     n_ev > E,
                     jnp.sum(mode == ev.SLIDING, axis=1) > cfg.max_sliding,
                     accept & ~forced & (t >= t1),
                     accept & ~forced & (gnorm < gtol),
                     accept & ~forced & (loss < ltol),
                     step_collapsed,
-                    n_iter >= cfg.max_steps,
+                    n_iter >= max_steps,
                 ],
                 [
-                    Status.NONFINITE, Status.MAX_EVENTS, Status.SLIDING_LIMIT, Status.REACHED_T1,
+                    Status.NONFINITE, Status.NONFINITE, Status.MAX_EVENTS, Status.SLIDING_LIMIT, Status.REACHED_T1,
                     Status.CONVERGED, Status.LOSS_BELOW, Status.STEP_SIZE, Status.MAX_STEPS,
                 ],
                 Status.RUNNING,

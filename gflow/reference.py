@@ -452,6 +452,10 @@ def scipy_flow(
         old_side = 1.0 if pattern[index] else -1.0
         f_old = preact_velocity(theta, pattern)[index]
         f_new = preact_velocity(theta, flipped)[index]
+        # A rate within round-off of zero is zero: e.g. a unit that, once inactive,
+        # disconnects its point entirely has f_new = 0 exactly, computed as ±1e-17.
+        if abs(f_new) <= 1e-10 * (abs(f_old) + abs(f_new)):
+            f_new = 0.0
         if old_side * f_new < 0 or (f_new == 0 and old_side * f_old < 0):
             return "cross", flipped
         if old_side * f_new > 0 and old_side * f_old < 0:
@@ -519,7 +523,9 @@ def scipy_flow(
                 # Pre-activations that reached zero in the same instant: already on the
                 # far side of their surface and still moving away from their pattern.
                 side = np.where(pattern, 1.0, -1.0)
-                late = (side * preacts(theta) < 0) & (side * preact_velocity(theta, pattern) < 0)
+                velocity = preact_velocity(theta, pattern)
+                moving = np.abs(velocity) > 1e-10 * np.max(np.abs(velocity), initial=0.0)
+                late = (side * preacts(theta) < 0) & (side * velocity < 0) & moving
                 pending = [int(i) for i in np.flatnonzero(late)]
         if slid:
             break

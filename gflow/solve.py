@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from .flow import _SOLVERS, Config, compiled, ravel
@@ -152,19 +152,26 @@ def simulate_batch(
     max_sliding = min(P, 8) if max_sliding is None else _count("max_sliding", max_sliding)
     cfg = Config(
         loss=loss, solver=solver, shapes=tuple(tuple(W.shape[1:]) for W in params), n=n,
-        max_steps=_count("max_steps", max_steps), max_events=max_events, max_sliding=min(max_sliding, P),
+        max_events=max_events, max_sliding=min(max_sliding, P),
         event_samples=max(_count("event_samples", event_samples), 1), n_save=len(ts),
         use_gtol=gtol is not None, use_ltol=ltol is not None, pcoeff=float(pcoeff), icoeff=float(icoeff),
     )  # fmt: skip
+    max_steps = _count("max_steps", max_steps)
     run, _ = compiled(cfg)
-    y0 = ravel([jnp.asarray(W) for W in params])
-    final, loss_v, gnorm, mode0 = run(
-        y0, jnp.asarray(X), jnp.asarray(Y), jnp.asarray(wd), t1, rtol, atol, gtol_v, ltol_v, jnp.asarray(ts)
-    )
+    # Pad the batch to a power of two (copies of member 0, dropped afterwards) so that
+    # sweeps over batch sizes reuse a few compiled programs.
+    pad = _bucket(B) - B
+    y0, X, Y, wd = (np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) for a in (ravel(params), X, Y, wd))
+    final, loss_v, gnorm, mode0 = run(y0, X, Y, wd, t1, rtol, atol, gtol_v, ltol_v, ts, max_steps)
+    final, loss_v, gnorm, mode0 = jax.tree.map(lambda a: np.asarray(a)[:B], (final, loss_v, gnorm, mode0))
     sol = _to_solution(final, loss_v, gnorm, mode0, params, ts, n, hidden)
     if throw and not all(Status(int(s)).success for s in sol.status):
         raise RuntimeError(f"gflow.simulate_batch: {sol.message}")
     return sol
+
+
+def _bucket(B):
+    return 1 << max(B - 1, 0).bit_length()
 
 
 # ---- conversion --------------------------------------------------------------------------

@@ -1,0 +1,213 @@
+"""The exact engine against independent references (issue 2's acceptance tests).
+
+References: the closed-form S1/S2 limit (gflow.theory, derived in SPEC §4), an
+event-driven SciPy DOP853 integration with a hand-written NumPy gradient
+(gflow.reference, no code shared with the engine), the conservation laws of SPEC §3,
+and plain gradient descent.
+"""
+
+import jax
+import numpy as np
+import pytest
+from conftest import max_diff
+
+import gflow
+from gflow import Kind, Status
+from gflow.reference import balance_invariants, gradient_descent_batch, loss_value, scipy_flow
+from gflow.theory import sample_two_point_data, s1_s2_limit
+
+TIGHT = dict(rtol=1e-12, atol=1e-14)
+
+
+def _member(params, b):
+    return [np.asarray(W[b]) for W in params]
+
+
+# ---- closed form ---------------------------------------------------------------------------
+def _s1_s2_start(rng, X):
+    """w_1 strictly inside S1, w_2 strictly inside S2, V = 0, norms < 1/2."""
+    W = np.zeros((2, 2))
+    for i in range(2):
+        while True:
+            w = rng.uniform(-0.5, 0.5, size=2)
+            if np.linalg.norm(w) < 0.5 and w @ X[i] > 0.05 and w @ X[1 - i] < -0.05:
+                W[i] = w
+                break
+    return [W, np.zeros((2, 2))]
+
+
+def test_closed_form_s1_s2_limit(authors):
+    rng = np.random.default_rng(0)
+    datasets = [authors] + [sample_two_point_data(jax.random.PRNGKey(s)) for s in range(7)]
+    starts = [_s1_s2_start(rng, X) for X, _ in datasets]
+    params = [np.stack([p[ell] for p in starts]) for ell in range(2)]
+    Xb = np.stack([X for X, _ in datasets])
+    Yb = np.stack([Y for _, Y in datasets])
+    sol = gflow.simulate_batch(params, Xb, Yb, t1=80.0, **TIGHT)
+    assert np.all(sol.status == Status.REACHED_T1)
+    assert np.all(sol.crossings.count == 0)
+    for b, (X, Y) in enumerate(datasets):
+        exact = s1_s2_limit(starts[b], X, Y)
+        assert max_diff(_member(sol.params, b), exact) <= 1e-9
+
+
+# ---- SciPy cross-check ---------------------------------------------------------------------
+def _random_problem(seed, widths, n):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, widths[0]))
+    Y = rng.normal(size=(n, widths[-1]))
+    params = [rng.normal(size=(o, i)) * np.sqrt(2.0 / (i + o)) for i, o in zip(widths[:-1], widths[1:])]
+    return params, X, Y
+
+
+@pytest.mark.parametrize(
+    "widths, n, t1, loss",
+    [((3, 3, 2), 4, 4.0, "square"), ((3, 3, 3, 2), 4, 2.0, "square"), ((3, 4, 1), 5, 6.0, "logistic")],
+)
+def test_against_scipy(widths, n, t1, loss):
+    """Crossing times and identities and final weights agree with an event-driven
+    solve_ivp (DOP853, rtol 1e-12) to 1e-7. Where the reference stops because a sliding
+    mode starts, gflow must record a slide start at that time, after the same crossings."""
+    problems = [_random_problem(seed, widths, n) for seed in range(16)]
+    if loss == "logistic":
+        problems = [(p, X, np.where(Y[:, 0] > 0, 1.0, -1.0)) for p, X, Y in problems]
+    params = [np.stack([p[ell] for p, _, _ in problems]) for ell in range(len(widths) - 1)]
+    Xb = np.stack([X for _, X, _ in problems])
+    Yb = np.stack([Y for _, _, Y in problems])
+    sol = gflow.simulate_batch(params, Xb, Yb, loss=loss, t1=t1, **TIGHT)
+    assert np.all(sol.status == Status.REACHED_T1)
+    compared = slid = 0
+    for b, (p, X, Y) in enumerate(problems):
+        ref = scipy_flow(p, X, Y, loss=loss, t1=t1, rtol=1e-12, atol=1e-14)
+        got = sol[b]
+        rows = [(r["t"], r["layer"], r["neuron"], r["point"], r["direction"], r["kind"]) for r in got.crossings.rows()]
+        theirs_rows = ref.crossings
+        if ref.slid:
+            slid += 1
+            assert any(abs(r[0] - ref.t) <= 1e-7 and r[5] == "slide_start" for r in rows)
+            rows = [r for r in rows if r[0] < ref.t - 1e-9]
+            theirs_rows = [r for r in theirs_rows if r[0] < ref.t - 1e-9]
+        else:
+            compared += 1
+            assert max_diff(got.params, ref.params) <= 1e-7
+        assert len(rows) == len(theirs_rows)
+        for mine, theirs in zip(rows, theirs_rows):
+            assert mine[1:5] == tuple(theirs[1:]) and mine[5] == "cross"
+            assert abs(mine[0] - theirs[0]) <= 1e-7
+    # The set of problems exercises both paths, with crossings.
+    assert compared >= 3 and np.sum(sol.crossings.count) >= 10
+
+
+# ---- conservation laws ---------------------------------------------------------------------
+# Seeds of _random_problem that run to t = 1e3 within the default event budget. Others
+# of these random problems end in MAX_EVENTS (long slide/leave chattering near a sliding
+# equilibrium with control → 0) or, at depth 4, NONFINITE (singular equivalent-control
+# solves after simultaneous multi-layer events): known limitations, see the issue notes.
+@pytest.mark.parametrize(
+    "widths, weight_decay, seeds",
+    [((3, 4, 2), 0.0, (1, 3, 8, 9)), ((3, 3, 3, 3, 2), 0.0, (1, 2, 5, 7)), ((3, 4, 2), 0.01, (0, 1, 2, 3))],
+)
+def test_balance_laws(widths, weight_decay, seeds):
+    """SPEC §3: ‖W_l[j,:]‖² − ‖W_{l+1}[:,j]‖² is constant along GF (times e^{−2λt} with
+    weight decay), through crossings, over t ∈ [0, 1e3] at rtol 1e-10."""
+    problems = [_random_problem(seed, widths, 5) for seed in seeds]
+    params = [np.stack([p[ell] for p, _, _ in problems]) for ell in range(len(widths) - 1)]
+    ts = np.linspace(0.0, 1e3, 21)
+    sol = gflow.simulate_batch(
+        params, np.stack([X for _, X, _ in problems]), np.stack([Y for _, _, Y in problems]),
+        t1=1e3, rtol=1e-10, atol=1e-12, weight_decay=weight_decay, saveat=ts,
+    )  # fmt: skip
+    assert np.all(sol.status == Status.REACHED_T1)
+    assert np.all(sol.crossings.count >= 1)
+    for b, (p, _, _) in enumerate(problems):
+        q0 = balance_invariants(p)
+        scale = np.concatenate([np.sum(W**2, axis=1) for W in p[:-1]]) + np.concatenate(
+            [np.sum(W**2, axis=0) for W in p[1:]]
+        )
+        for s, t in enumerate(ts):
+            q = balance_invariants([W[b, s] for W in sol.ys])
+            assert np.max(np.abs(q - q0 * np.exp(-2 * weight_decay * t)) / scale) <= 1e-9
+
+
+# ---- sliding against gradient descent ------------------------------------------------------
+# Members of the authors' setting (Xavier-normal, key 0) whose exact flow slides; found by
+# scanning 200 starts with gflow (about one in ten slides).
+SLIDING_STARTS = (73, 138, 195)
+
+
+def test_sliding_matches_gradient_descent(authors, authors_xavier):
+    X, Y = authors
+    params = [W[list(SLIDING_STARTS)] for W in authors_xavier]
+    T = 150.0
+    sol = gflow.simulate_batch(params, X, Y, t1=T, **TIGHT)
+    assert np.all(sol.status == Status.REACHED_T1)
+    assert all(np.any(sol.crossings.kind[b] == Kind.SLIDE_START) for b in range(len(SLIDING_STARTS)))
+    errors = []
+    for lr in (1e-4, 5e-5, 2.5e-5):
+        gd = gradient_descent_batch(params, X, Y, lr=lr, steps=int(round(T / lr)))
+        errors.append([max_diff([W[b] for W in gd], _member(sol.params, b)) for b in range(len(SLIDING_STARTS))])
+        for b in range(len(SLIDING_STARTS)):
+            gd_b = [W[b] for W in gd]
+            assert abs(loss_value(gd_b, X, Y) - sol.loss[b]) <= 1e-4
+            # Same dead neurons: a neuron is dead when it is inactive on both points.
+            dead_gd = np.all(gd_b[0] @ X.T <= 1e-6, axis=1)
+            dead_gf = np.all(sol.params[0][b] @ X.T <= 1e-9, axis=1)
+            assert np.array_equal(dead_gd, dead_gf)
+    errors = np.array(errors)
+    ratios = errors[:-1] / errors[1:]
+    assert np.all((ratios > 1.6) & (ratios < 2.5)), ratios
+
+
+# ---- properties ----------------------------------------------------------------------------
+def test_loss_monotone_dead_frozen_and_batch_equals_single(authors, authors_xavier):
+    X, Y = authors
+    members = [0, 4, 8, 12]
+    params = [W[members].copy() for W in authors_xavier]
+    # Member 3: neuron 1 dead from the start (w·x_i < 0 on both points).
+    params[0][3, 1] = -0.3 * (X[0] + X[1])
+    ts = np.linspace(0.0, 30.0, 31)
+    sol = gflow.simulate_batch(params, X, Y, t1=30.0, saveat=ts, **TIGHT)
+    for b in range(len(members)):
+        losses = [loss_value([W[b, s] for W in sol.ys], X, Y) for s in range(len(ts))]
+        assert np.all(np.diff(losses) <= 1e-12)
+    assert np.array_equal(sol.params[0][3, 1], params[0][3, 1])
+    assert np.array_equal(sol.params[1][3, :, 1], params[1][3, :, 1])
+    assert not np.any(sol.crossings.neuron[3] == 1)
+    for b in range(len(members)):
+        one = gflow.simulate(_member(params, b), X, Y, t1=30.0, saveat=ts, **TIGHT)
+        assert max_diff(one.params, _member(sol.params, b)) <= 1e-12
+        assert one.crossings.count == sol.crossings.count[b]
+        assert np.allclose(one.crossings.t, sol.crossings.t[b, : one.crossings.count], rtol=0, atol=1e-12)
+
+
+def test_status_codes_and_one_failing_member(authors, authors_xavier):
+    X, Y = authors
+    params = [W[:4].copy() for W in authors_xavier]
+    params[0][2] *= 1e160  # overflows to inf on the first step
+    params[1][2] *= 1e160
+    sol = gflow.simulate_batch(params, X, Y, t1=150.0, **TIGHT)
+    assert sol.status[2] == Status.NONFINITE
+    assert all(sol.status[b] == Status.REACHED_T1 for b in (0, 1, 3))
+    assert all(np.all(np.isfinite(W[b])) for W in sol.params for b in (0, 1, 3))
+    with pytest.raises(RuntimeError, match="NONFINITE"):
+        gflow.simulate_batch(params, X, Y, t1=150.0, throw=True, **TIGHT)
+    short = gflow.simulate_batch(params, X, Y, t1=150.0, max_steps=5, **TIGHT)
+    assert np.all((short.status == Status.MAX_STEPS) | (short.status == Status.NONFINITE))
+    single = gflow.simulate(_member(params, 0), X, Y, t1=1e9, gtol=1e-6, **TIGHT)
+    assert single.status == Status.CONVERGED and single.grad_norm < 1e-6 and single.t < 1e9
+    single = gflow.simulate(_member(params, 0), X, Y, t1=1e9, ltol=1e-8, **TIGHT)
+    assert single.status == Status.LOSS_BELOW and single.loss < 1e-8
+    with pytest.raises(RuntimeError, match="MAX_STEPS"):
+        gflow.simulate(_member(params, 0), X, Y, t1=150.0, max_steps=3, **TIGHT)
+
+
+def test_event_budget(authors, authors_xavier):
+    """Member 8 of the authors' setting has two slide starts; a budget of one event stops
+    it with MAX_EVENTS right after the first."""
+    X, Y = authors
+    start = _member(authors_xavier, 8)
+    sol = gflow.simulate(start, X, Y, t1=150.0, **TIGHT)
+    assert sol.crossings.count >= 2
+    capped = gflow.simulate(start, X, Y, t1=150.0, max_events=1, throw=False, **TIGHT)
+    assert capped.status == Status.MAX_EVENTS
+    assert capped.crossings.count == 1 and capped.crossings.t[0] == sol.crossings.t[0]

@@ -1,0 +1,66 @@
+"""Bad input raises ValueError naming the argument, what was given and what was expected."""
+
+import numpy as np
+import pytest
+
+import gflow
+
+X = np.array([[1.0, 0.0], [0.0, 1.0]])
+Y = np.eye(2)
+P = [np.array([[0.5, 0.1], [-0.2, 0.4]]), np.array([[0.3, 0.0], [0.1, 0.2]])]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(params=P[:1]), r"params: expected a list .* k >= 2"),
+        (dict(params=[P[0], np.ones((2, 3))]), r"params\[1\]: expected 2 columns"),
+        (dict(params=[np.ones((2, 3)), P[1]]), r"params\[0\]: expected 2 columns \(d_in of X\)"),
+        (dict(params=[P[0], np.ones((3, 2))]), r"params\[-1\]: expected 2 rows \(d_out of Y\)"),
+        (dict(params=[P[0], np.ones(2)]), r"params\[1\]: expected a real array of shape \(d_l, d_\{l-1\}\)"),
+        (dict(params=[P[0] * np.nan, P[1]]), r"params\[0\]: expected finite values"),
+        (dict(X=np.ones((3, 2))), r"Y: expected shape \(3, 'd_out'\)"),
+        (dict(X=X * np.inf), r"X: expected finite values"),
+        (dict(Y=Y * np.nan), r"Y: expected finite values"),
+        (dict(X=np.ones(2)), r"X: expected a real array of shape \(n, d_in\)"),
+        (dict(t1=0.0), r"t1: expected a finite positive float"),
+        (dict(t1=-1.0), r"t1: expected a finite positive float"),
+        (dict(t1=np.inf), r"t1: .*inf only with gtol or ltol"),
+        (dict(rtol=0.0), r"rtol: expected a finite positive float"),
+        (dict(rtol=2.0), r"rtol: expected a value in \(0, 1\)"),
+        (dict(atol=-1e-9), r"atol: expected a finite positive float"),
+        (dict(atol=np.nan), r"atol: expected a finite positive float"),
+        (dict(weight_decay=-0.1), r"weight_decay: expected a finite float >= 0"),
+        (dict(loss="hinge"), r"loss: expected one of"),
+        (dict(solver="euler"), r"solver: expected one of"),
+        (dict(saveat=[0.0, 2.0, 1.0]), r"saveat: expected strictly increasing"),
+        (dict(saveat=[0.0, 20.0]), r"saveat: expected strictly increasing finite times in \[0, t1"),
+        (dict(max_steps=0), r"max_steps: expected a positive integer"),
+        (dict(max_events=1.5), r"max_events: expected a positive integer"),
+    ],
+)
+def test_bad_input(kwargs, match):
+    args = dict(params=P, X=X, Y=Y, t1=10.0)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        gflow.simulate(args.pop("params"), args.pop("X"), args.pop("Y"), **args)
+
+
+def test_classification_labels():
+    W = [P[0], np.array([[0.3, 0.1]])]
+    with pytest.raises(ValueError, match=r"Y: expected labels in \{-1, \+1\}"):
+        gflow.simulate(W, X, np.array([1.0, 0.0]), loss="logistic", t1=1.0)
+    with pytest.raises(ValueError, match=r"Y: expected ±1 labels of shape \(2,\)"):
+        gflow.simulate(W, X, np.ones(3), loss="exponential", t1=1.0)
+    with pytest.raises(ValueError, match=r"params\[-1\]: expected 1 rows"):
+        gflow.simulate(P, X, np.array([1.0, -1.0]), loss="exponential", t1=1.0)
+
+
+def test_batch_shapes():
+    batch = [np.stack([W, W]) for W in P]
+    with pytest.raises(ValueError, match=r"params: expected one batch size on every matrix"):
+        gflow.simulate_batch([batch[0], batch[1][:1]], X, Y, t1=1.0)
+    with pytest.raises(ValueError, match=r"X, Y: expected a leading batch axis of size 2"):
+        gflow.simulate_batch(batch, np.stack([X] * 3), np.stack([Y] * 3), t1=1.0)
+    with pytest.raises(ValueError, match=r"weight_decay: expected a finite float >= 0 or 2 of them"):
+        gflow.simulate_batch(batch, X, Y, t1=1.0, weight_decay=[0.1, 0.2, 0.3])
