@@ -33,7 +33,7 @@ def test_intervals_rebuild_final_modes_and_regions(authors, authors_xavier):
             if "0" not in ivs[-1].pattern:
                 p = one.params[0][nr.neuron] @ X.T
                 for c, v in zip(ivs[-1].pattern, p):
-                    assert (v > -1e-12) if c == "+" else (v < 1e-12)
+                    assert (v > -1e-9) if c == "+" else (v < 1e-9)
             assert nr.at(0.0) is ivs[0] and nr.at(float(one.t) + 1) is ivs[-1]
         # A neuron whose pattern at t = 0 is known from the initial weights.
         p0 = params[0][b] @ X.T
