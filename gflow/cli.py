@@ -30,7 +30,7 @@ def demo(
     rtol: float = typer.Option(1e-10, help="Relative tolerance."),
     atol: float = typer.Option(1e-12, help="Absolute tolerance."),
     chunk: int = typer.Option(16, min=1, help="Trajectories per compiled batch call."),
-    out: Path = typer.Option(Path("results/demo"), help="Folder for the figure and the JSON record."),
+    out: Path = typer.Option(Path("results/demo"), help="Folder for the figure and the JSON record."),  # noqa: B008
 ):
     """The authors' 2-2-2 two-point experiment (SPEC §4) with exact gradient flow: how
     many runs reach zero loss, how many end with a dead neuron or slid on a kink, the

@@ -132,7 +132,7 @@ class Solution(eqx.Module):
             return self.status.message
         return "; ".join(f"{Status(int(s)).name}: {int(np.sum(self.status == s))}" for s in np.unique(self.status))
 
-    def __getitem__(self, b: int) -> "Solution":
+    def __getitem__(self, b: int) -> Solution:
         """Member ``b`` of a batch solution, as a single-trajectory solution."""
         if isinstance(self.status, Status):
             raise TypeError("indexing: this is already a single-trajectory solution")

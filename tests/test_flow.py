@@ -14,7 +14,7 @@ from conftest import max_diff
 import gflow
 from gflow import Kind, Status
 from gflow.reference import balance_invariants, gradient_descent_batch, loss_value, scipy_flow
-from gflow.theory import sample_two_point_data, s1_s2_limit
+from gflow.theory import s1_s2_limit, sample_two_point_data
 
 TIGHT = dict(rtol=1e-12, atol=1e-14)
 
