@@ -3,7 +3,9 @@
 The problem is the authors' experiment (SPEC §4): two points, a 2-2-2 bias-free ReLU
 network, square loss, Xavier-normal initialisations, gradient-flow time ``t1 = 150``.
 
-- gflow: one :func:`gflow.simulate_batch` call over all ``B`` initialisations. The first
+- gflow: one :func:`gflow.simulate_batch` call over all ``B`` initialisations, split over
+  one JAX CPU device per core (``XLA_FLAGS=--xla_force_host_platform_device_count``, set
+  below unless the caller set it), 64 lanes each. The first
   call compiles; the timed calls after it reuse the compiled program. Throughput is
   ``B`` divided by the median wall time of the timed calls.
 - SciPy: :func:`gflow.reference.scipy_flow` (DOP853, event-driven, one trajectory at a
@@ -24,7 +26,17 @@ and written to a JSON file (default ``benchmarks/results/engine.json``).
 
 from __future__ import annotations
 
-import argparse
+import os
+
+# gflow splits a batch over all local JAX devices. On a CPU, JAX shows one device unless
+# asked to expose one per core; that must happen before JAX is imported. An XLA_FLAGS
+# already set by the caller is respected.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={os.cpu_count() or 1}"
+    ).strip()
+
+import argparse  # noqa: E402
 import datetime
 import json
 import os

@@ -49,6 +49,7 @@ class Config:
     n_save: int
     use_gtol: bool
     use_ltol: bool
+    lanes: int
     pcoeff: float
     icoeff: float
 
@@ -81,6 +82,9 @@ class _State(NamedTuple):
     n_rej: jax.Array
     n_iter: jax.Array
     status: jax.Array
+    slot: jax.Array
+    mode0: jax.Array
+    data: tuple
 
 
 def _unravel_for(shapes):
@@ -113,62 +117,90 @@ def compiled(cfg: Config):
     error_order = solver.order(terms) + 1
 
     def run(y0, X, Y, wd, t1, rtol, atol, gtol, ltol, ts, max_steps):
-        B = y0.shape[0]
-        data = (X, Y, wd)
+        N, L, S = y0.shape[0], cfg.lanes, len(ts)
         controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
         vmap = jax.vmap
 
-        # ---- initial state ---------------------------------------------------------------
+        # ---- a fresh lane per trajectory ---------------------------------------------------
         def member_init(y, data):
             p = system.preacts(y, data)
             mode = jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE).astype(jnp.int8)
-            return mode, p == 0.0
+            return mode, p == 0.0, jnp.abs(p) > _noise(p)
 
-        mode, on_surface = vmap(member_init)(y0, data)
-        control = jnp.zeros((B, P))
-        ev_t = jnp.full((B, E), jnp.nan)
-        ev_k = jnp.full((B, E), -1, jnp.int32)
-        ev_kind = jnp.full((B, E), -1, jnp.int32)
-        ev_dir = jnp.zeros((B, E), jnp.int32)
-        n_ev = jnp.zeros(B, jnp.int32)
+        def init_lanes(idx):
+            """Lane states for trajectories ``idx`` (``(L,)``), at t = 0."""
+            y = y0[idx]
+            data = (X[idx], Y[idx], wd[idx])
+            mode, on_surface, armed = vmap(member_init)(y, data)
+            control = jnp.zeros((L, P))
+            buffers = (
+                jnp.full((L, E), jnp.nan), jnp.full((L, E), -1, jnp.int32), jnp.full((L, E), -1, jnp.int32),
+                jnp.zeros((L, E), jnp.int32), jnp.zeros(L, jnp.int32),
+            )  # fmt: skip
 
-        def initial_events(args):
-            mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = args
-            handle = functools.partial(system.handle, initial=True)
-            mode, control, _, records = vmap(handle)(y0, data, mode, control, on_surface)
-            return (mode, control) + _write(records, jnp.zeros(B), ev_t, ev_k, ev_kind, ev_dir, n_ev)
+            def initial_events(args):
+                mode, control, *buffers = args
+                handle = functools.partial(system.handle, initial=True)
+                mode, control, _, records = vmap(handle)(y, data, mode, control, on_surface)
+                return (mode, control) + _write(records, jnp.zeros(L), *buffers)
 
-        mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
-            jnp.any(on_surface), initial_events, lambda a: a, (mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev)
+            mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+                jnp.any(on_surface), initial_events, lambda a: a, (mode, control) + buffers
+            )
+            armed = armed & (mode != ev.SLIDING)
+            any_sliding = jnp.any(mode == ev.SLIDING)
+
+            def member_start(y, mode, control, data):
+                args = (mode, control, data, any_sliding)
+                t_next, pid = controller.init(terms, 0.0, t1, y, None, args, solver.func, error_order)
+                fsal = solver.init(terms, 0.0, t_next, y, args)
+                return t_next, pid, fsal
+
+            dt0, pid0, fsal0 = vmap(member_start)(y, mode, control, data)
+            dt0 = jnp.minimum(dt0, t1)
+            saved = jnp.full((L, S) + y.shape[1:], jnp.nan)
+            save_i = jnp.zeros(L, jnp.int32)
+            if S:
+                at0 = ts[0] <= 0.0
+                saved = saved.at[:, 0].set(jnp.where(at0, y, jnp.nan))
+                save_i = save_i + at0.astype(jnp.int32)
+            zeros_i = jnp.zeros(L, jnp.int32)
+            return _State(
+                t=jnp.zeros(L), y=y, mode=mode, control=control, dt=dt0, dt_resume=dt0,
+                pid=jax.tree.map(lambda a: jnp.broadcast_to(a, (L,) + jnp.shape(a)[1:]), pid0), fsal=fsal0,
+                made_jump=jnp.zeros(L, bool), forced=jnp.zeros(L, bool), pending=jnp.zeros((L, P), bool), armed=armed,
+                ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind, ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
+                n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i, status=jnp.full(L, int(Status.RUNNING), jnp.int32),
+                slot=idx.astype(jnp.int32), mode0=mode, data=data,
+            )  # fmt: skip
+
+        lanes0 = jnp.arange(L)
+        state = init_lanes(jnp.minimum(lanes0, N - 1))
+        state = state._replace(
+            status=jnp.where(lanes0 < N, state.status, _IDLE), slot=jnp.where(lanes0 < N, state.slot, N)
         )
-        p0 = vmap(system.preacts)(y0, data)
-        armed = jnp.where(mode == ev.SLIDING, False, jnp.abs(p0) > _noise(p0)[:, None])
-        any_sliding = jnp.any(mode == ev.SLIDING)
-        initial_mode = mode
-
-        def member_start(y, mode, control, data):
-            args = (mode, control, data, any_sliding)
-            t_next, pid = controller.init(terms, 0.0, t1, y, None, args, solver.func, error_order)
-            fsal = solver.init(terms, 0.0, t_next, y, args)
-            return t_next, pid, fsal
-
-        dt0, pid0, fsal0 = vmap(member_start)(y0, mode, control, data)
-        dt0 = jnp.minimum(dt0, t1)
-        S = len(ts)
-        saved = jnp.full((B, S) + y0.shape[1:], jnp.nan)
-        save_i = jnp.zeros(B, jnp.int32)
-        if S:
-            at0 = ts[0] <= 0.0
-            saved = saved.at[:, 0].set(jnp.where(at0, y0, jnp.nan))
-            save_i = save_i + at0.astype(jnp.int32)
-        zeros_i = jnp.zeros(B, jnp.int32)
-        status = jnp.where(n_ev > E, Status.MAX_EVENTS, Status.RUNNING).astype(jnp.int32)
-        state = _State(
-            t=jnp.zeros(B), y=y0, mode=mode, control=control, dt=dt0, dt_resume=dt0, pid=pid0, fsal=fsal0,
-            made_jump=jnp.zeros(B, bool), forced=jnp.zeros(B, bool), pending=jnp.zeros((B, P), bool), armed=armed,
-            ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind, ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
-            n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i, status=status,
+        pid_reset = state.pid
+        out = dict(
+            y=jnp.zeros_like(y0), t=jnp.zeros(N), status=jnp.zeros(N, jnp.int32), mode=jnp.zeros((N, P), jnp.int8),
+            mode0=jnp.zeros((N, P), jnp.int8), ev_t=jnp.zeros((N, E)), ev_k=jnp.zeros((N, E), jnp.int32),
+            ev_kind=jnp.zeros((N, E), jnp.int32), ev_dir=jnp.zeros((N, E), jnp.int32), n_ev=jnp.zeros(N, jnp.int32),
+            saved=jnp.zeros((N, S) + y0.shape[1:]), n_acc=jnp.zeros(N, jnp.int32), n_rej=jnp.zeros(N, jnp.int32),
+            n_iter=jnp.zeros(N, jnp.int32),
         )  # fmt: skip
+
+        def refill(carry, finished):
+            """Write finished lanes' results, start the next queued trajectories there."""
+            state, out, next_ = carry
+            where = jnp.where(finished, state.slot, N)  # N: dropped
+            out = {k: v.at[where].set(getattr(state, k), mode="drop") for k, v in out.items()}
+            new_idx = next_ + jnp.cumsum(finished, dtype=jnp.int32) - 1
+            take = finished & (new_idx < N)
+            fresh = init_lanes(jnp.where(take, new_idx, 0))
+            state = jax.tree.map(lambda f, o: jnp.where(_bcast(take, f), f, o), fresh, state)
+            state = state._replace(
+                status=jnp.where(finished & ~take, _IDLE, state.status), slot=jnp.where(finished & ~take, N, state.slot)
+            )
+            return state, out, next_ + jnp.sum(finished, dtype=jnp.int32)
 
         # ---- one iteration -----------------------------------------------------------------
         def interpolant(t0, t_next, dense):
@@ -258,7 +290,8 @@ def compiled(cfg: Config):
             loss = system.loss(y, data) if cfg.use_ltol else jnp.inf
             return gnorm, loss
 
-        def body(s: _State):
+        def step(s: _State):
+            data = s.data
             running = s.status == Status.RUNNING
             any_sliding = jnp.any((s.mode == ev.SLIDING) & running[:, None])
             o = vmap(member_step, in_axes=(0, 0, None))(s, data, any_sliding)
@@ -266,7 +299,7 @@ def compiled(cfg: Config):
             t_e, new_pending = jax.lax.cond(
                 jnp.any(has_event),
                 lambda: vmap(member_locate, in_axes=(0, 0, 0, None))(s, o, data, any_sliding),
-                lambda: (o["hi"], jnp.zeros((B, P), bool)),
+                lambda: (o["hi"], jnp.zeros((L, P), bool)),
             )
             accept = o["keep"] & ~has_event & o["finite"]
             forced_done = accept & s.forced
@@ -287,9 +320,8 @@ def compiled(cfg: Config):
                 jnp.where(forced_done, jnp.where(more, 0.0, s.dt_resume), o["dt_new"]),
             )  # fmt: skip
             dt_resume = jnp.where(has_event, jnp.where(o["keep"], o["dt_new"], s.dt), s.dt_resume)
-            reset = jax.tree.map(lambda a: jnp.broadcast_to(a, (B,) + a.shape[1:]), pid0)
             pid = jax.tree.map(
-                lambda new, old, r: jnp.where(forced_done, r, jnp.where(has_event, old, new)), o["pid1"], s.pid, reset
+                lambda new, old, r: jnp.where(forced_done, r, jnp.where(has_event, old, new)), o["pid1"], s.pid, pid_reset
             )
             fsal = jax.tree.map(lambda new, old: jnp.where(_bcast(accept & ~s.forced, new), new, old), o["fsal1"], s.fsal)
             made_jump = jnp.where(forced_done, True, jnp.where(accept, False, s.made_jump))
@@ -323,8 +355,15 @@ def compiled(cfg: Config):
                 made_jump=made_jump, forced=forced, pending=pending, armed=armed, ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind,
                 ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
                 n_acc=s.n_acc + accept, n_rej=s.n_rej + (~o["keep"] & ~has_event), n_iter=n_iter, status=status,
+                slot=s.slot, mode0=s.mode0, data=s.data,
             )  # fmt: skip
             return jax.tree.map(lambda a, b: jnp.where(_bcast(running, a), a, b), new, s)
+
+        def body(carry):
+            state, out, next_ = carry
+            new = step(state)
+            finished = (state.status == Status.RUNNING) & (new.status != Status.RUNNING)
+            return jax.lax.cond(jnp.any(finished), refill, lambda c, f: c, (new, out, next_), finished)
 
         def _handle_all(out, done, t_event, s):
             mode, control, pending, records = out
@@ -350,19 +389,21 @@ def compiled(cfg: Config):
                     s.t, o["t_next"], o["dense"], tau
                 )
                 y = jnp.where((tau >= o["t_next"])[:, None], o["y1"], y)
-                rows = jnp.arange(B)
+                rows = jnp.arange(L)
                 cur = saved[rows, jnp.minimum(i, S - 1)]
                 saved = saved.at[rows, jnp.minimum(i, S - 1)].set(jnp.where(d[:, None], y, cur))
                 return saved, i + d
 
             return jax.lax.while_loop(lambda c: jnp.any(due(c)), body, (s.saved, s.save_i))
 
-        final = jax.lax.while_loop(lambda s: jnp.any(s.status == Status.RUNNING), body, state)
-        gnorm = vmap(lambda y, mode, control, data: jnp.linalg.norm(
-            system.field(y, data, system.equivalent_control(y, data, mode, control)[0])
-        ))(final.y, final.mode, final.control, data)  # fmt: skip
-        loss = vmap(system.loss)(final.y, data)
-        return final, loss, gnorm, initial_mode
+        carry = (state, out, jnp.minimum(jnp.int32(L), N))
+        _, out, _ = jax.lax.while_loop(lambda c: jnp.any(c[0].status == Status.RUNNING), body, carry)
+        data = (X, Y, wd)
+        gnorm = vmap(lambda y, mode, data: jnp.linalg.norm(
+            system.field(y, data, system.equivalent_control(y, data, mode, jnp.zeros(P))[0])
+        ))(out["y"], out["mode"], data)  # fmt: skip
+        loss = vmap(system.loss)(out["y"], data)
+        return out, loss, gnorm
 
     def _write(records, t_event, ev_t, ev_k, ev_kind, ev_dir, n_ev):
         """Append each record set (in flat index order) to the event buffers."""
@@ -381,6 +422,9 @@ def compiled(cfg: Config):
         return ev_t, ev_k, ev_kind, ev_dir, n_ev
 
     return jax.jit(run), system
+
+
+_IDLE = -1  # a lane with no trajectory left to integrate
 
 
 def _noise(p):
