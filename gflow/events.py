@@ -140,7 +140,10 @@ class System:
             c = jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
             for _ in range(3):
                 J, r = jax.jacfwd(residual, has_aux=True)(c)
-                c = c - _solve_small(J, r)
+                # Levenberg–Marquardt damping keeps the step finite where a control has
+                # (almost) no effect on the rates, e.g. a unit disconnected downstream.
+                mu = 1e-14 * jnp.maximum(jnp.max(jnp.abs(J)), 1e-300)
+                c = c - _solve_small(J.T @ J + mu * jnp.eye(self.K), J.T @ r)
         control = jnp.append(warm, 0.0).at[idx].set(jnp.where(valid, c, 0.0))[:P]
         return scatter(c), control
 

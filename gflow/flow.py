@@ -125,7 +125,7 @@ def compiled(cfg: Config):
         def member_init(y, data):
             p = system.preacts(y, data)
             mode = jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE).astype(jnp.int8)
-            return mode, p == 0.0, jnp.abs(p) > _noise(p)
+            return mode, p == 0.0, jnp.abs(p) > _noise(p, rtol, atol)
 
         def init_lanes(idx):
             """Lane states for trajectories ``idx`` (``(L,)``), at t = 0."""
@@ -227,7 +227,7 @@ def compiled(cfg: Config):
             G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
             # A unit that has not yet left the round-off band since its last event fires
             # only once it is clearly past its surface (no events from noise).
-            noise = _noise(jnp.where(s.mode == ev.SLIDING, 0.0, G[0]))
+            noise = _noise(jnp.where(s.mode == ev.SLIDING, 0.0, G[0]), rtol, atol)
             shift = jnp.where(s.armed, 0.0, noise)
             G = G + shift
             cross = (G[:-1] > 0) & (G[1:] <= 0)
@@ -427,9 +427,12 @@ def compiled(cfg: Config):
 _IDLE = -1  # a lane with no trajectory left to integrate
 
 
-def _noise(p):
-    """Round-off band of the guards of one member: ``1e-12·max(1, max|p|)``."""
-    return 1e-12 * jnp.maximum(1.0, jnp.max(jnp.abs(p), axis=-1, initial=0.0))
+def _noise(p, rtol, atol):
+    """Band around a surface inside which a unit's guard cannot be told from zero: the
+    integration error of one step, ``10·(atol + rtol·max(1, max|p|))``, and never less
+    than round-off."""
+    scale = jnp.maximum(1.0, jnp.max(jnp.abs(p), axis=-1, initial=0.0))
+    return jnp.maximum(10.0 * (atol + rtol * scale), 1e-12 * scale)
 
 
 def _bcast(mask, a):

@@ -99,13 +99,9 @@ def test_against_scipy(widths, n, t1, loss):
 
 
 # ---- conservation laws ---------------------------------------------------------------------
-# Seeds of _random_problem that run to t = 1e3 within the default event budget. Others
-# of these random problems end in MAX_EVENTS (long slide/leave chattering near a sliding
-# equilibrium with control → 0) or, at depth 4, NONFINITE (singular equivalent-control
-# solves after simultaneous multi-layer events): known limitations, see the issue notes.
 @pytest.mark.parametrize(
     "widths, weight_decay, seeds",
-    [((3, 4, 2), 0.0, (1, 3, 8, 9)), ((3, 3, 3, 3, 2), 0.0, (1, 2, 5, 7)), ((3, 4, 2), 0.01, (0, 1, 2, 3))],
+    [((3, 4, 2), 0.0, (0, 1, 2, 3)), ((3, 3, 3, 3, 2), 0.0, (0, 1, 2, 3)), ((3, 4, 2), 0.01, (0, 1, 2, 3))],
 )
 def test_balance_laws(widths, weight_decay, seeds):
     """SPEC §3: ‖W_l[j,:]‖² − ‖W_{l+1}[:,j]‖² is constant along GF (times e^{−2λt} with
