@@ -1,4 +1,6 @@
-"""Command line: ``gflow demo`` runs a small reproduction on the authors' setting."""
+"""Command line: ``gflow demo`` (a small run of the authors' setting), ``gflow reproduce
+thm1|thm2|thm3|authors`` (the paper's depth-2 experiments, :mod:`gflow.experiments`) and
+``gflow version``."""
 
 from __future__ import annotations
 
@@ -106,6 +108,152 @@ def demo(
     )
     _write_json_atomic(out / "demo.json", record)
     console.print(f"wrote {figure} and {out / 'demo.json'}")
+
+
+reproduce_app = typer.Typer(
+    help="Reproduce the paper's depth-2 results (SPEC §4) with exact gradient flow: results, a summary table "
+    "and PNG figures in --out. Interrupted runs resume from their finished chunks.",
+    no_args_is_help=True,
+)
+app.add_typer(reproduce_app, name="reproduce")
+
+_OUT_HELP = "Folder for chunks/, results.npz, record.json and the figures (default results/<experiment>)."
+
+
+def _render(console, title, rows):
+    """A Rich table from rows of dicts with the same keys; a ``holds`` column shows ✓/✗."""
+    table = Table(title=title)
+    keys = list(rows[0]) if rows else []
+    for key in keys:
+        table.add_column(key, justify="left" if key in ("quantity", keys[0]) else "right")
+    for row in rows:
+        cells = []
+        for key in keys:
+            v = row[key]
+            cells.append({True: "[green]✓[/]", False: "[red]✗[/]", None: ""}[v] if key == "holds" else str(v))
+        table.add_row(*cells)
+    console.print(table)
+
+
+def _reproduce(name, run, out, figures, fresh, console=None):
+    """Run ``run(out=..., progress=...)`` under a Rich progress bar, print its tables,
+    write its figures; returns the result."""
+    import shutil
+
+    console = console or Console()
+    if fresh and (out / "chunks").exists():
+        shutil.rmtree(out / "chunks")
+    with Progress(console=console, transient=False) as progress:
+        task = progress.add_task(f"{name}: chunks", total=None)
+
+        def advance(done, total):
+            progress.update(task, completed=done, total=total)
+
+        result = run(out=out, progress=advance)
+    chunks = result["record"]["chunks"]
+    _render(console, f"{name}: measured vs the paper ({result['record']['wall_s']:.1f} s; "
+                     f"chunks computed {chunks['computed']}, reused {chunks['reused']})", result["summary"])  # fmt: skip
+    if "outcomes" in result:
+        _render(console, f"{name}: region sequences and outcomes", result["outcomes"])
+    console.print(f"results: {out / 'results.npz'}, {out / 'record.json'}")
+    if figures:
+        from gflow.experiments import save_figures
+
+        paths = save_figures(result, out)
+        console.print("figures: " + ", ".join(str(p) for p in paths))
+    return result
+
+
+_SEED = typer.Option(0, min=0, help="Master random seed (jax.random.PRNGKey).")
+_FIGURES = typer.Option(True, "--figures/--no-figures", help="Write PNG figures next to the results.")
+_FRESH = typer.Option(False, "--fresh", help="Discard finished chunks in --out and recompute everything.")
+
+
+@reproduce_app.command("thm1")
+def reproduce_thm1(
+    datasets: int = typer.Option(10_000, "--datasets", "--seeds", min=1, help="Number of random data sets."),
+    seed: int = _SEED,
+    chunk: int = typer.Option(2_500, min=1, help="Data sets per chunk."),
+    out: Path = typer.Option(Path("results/thm1"), help=_OUT_HELP),  # noqa: B008
+    figures: bool = _FIGURES,
+    fresh: bool = _FRESH,
+):
+    """Theorem 1 / Lemma 2: constructed zero-loss networks with rank W = 1 on random data."""
+    from gflow import experiments
+
+    _reproduce("thm1", lambda **kw: experiments.thm1(datasets, seed, chunk=chunk, **kw), out, figures, fresh)
+
+
+@reproduce_app.command("thm2")
+def reproduce_thm2(
+    datasets: int = typer.Option(64, min=1, help="Number of random data sets (Assumptions 1-2)."),
+    inits: int = typer.Option(
+        16, "--inits", "--seeds", min=1, help="Random starts per data set inside Theorem 2's condition."
+    ),
+    seed: int = _SEED,
+    t1: float = typer.Option(200.0, min=0.0, help="GF time."),
+    rtol: float = typer.Option(1e-10, help="Relative tolerance."),
+    atol: float = typer.Option(1e-12, help="Absolute tolerance."),
+    chunk: int = typer.Option(128, min=1, help="Trajectories per compiled batch call (and per saved chunk)."),
+    out: Path = typer.Option(Path("results/thm2"), help=_OUT_HELP),  # noqa: B008
+    figures: bool = _FIGURES,
+    fresh: bool = _FRESH,
+):
+    """Theorem 2: from small initialisations, converged runs have rank W = 2; the angle interval."""
+    from gflow import experiments
+
+    run = lambda **kw: experiments.thm2(datasets, inits, seed, chunk=chunk, t1=t1, rtol=rtol, atol=atol, **kw)  # noqa: E731
+    _reproduce("thm2", run, out, figures, fresh)
+
+
+@reproduce_app.command("thm3")
+def reproduce_thm3(
+    theta: list[float] = typer.Option(  # noqa: B008
+        None, help="θ_x in degrees, in (90, 180); repeat for several (default 95, 110, 125, 140, 155, 170)."
+    ),
+    runs: int = typer.Option(1000, "--runs", "--seeds", min=1, help="Random starts (runs) per angle."),
+    seed: int = _SEED,
+    t1: float = typer.Option(200.0, min=0.0, help="GF time."),
+    rtol: float = typer.Option(1e-10, help="Relative tolerance."),
+    atol: float = typer.Option(1e-12, help="Absolute tolerance."),
+    chunk: int = typer.Option(128, min=1, help="Trajectories per compiled batch call (and per saved chunk)."),
+    out: Path = typer.Option(Path("results/thm3"), help=_OUT_HELP),  # noqa: B008
+    figures: bool = _FIGURES,
+    fresh: bool = _FRESH,
+):
+    """Theorem 3: P[E] against 2(θ_x/2π)², and the S1×S2 starts against the exact limit."""
+    import numpy as np
+
+    from gflow import experiments
+
+    thetas = experiments.THM3_THETAS if not theta else [float(np.radians(t)) for t in theta]
+    run = lambda **kw: experiments.thm3(thetas, runs, seed, chunk=chunk, t1=t1, rtol=rtol, atol=atol, **kw)  # noqa: E731
+    _reproduce("thm3", run, out, figures, fresh)
+
+
+@reproduce_app.command("authors")
+def reproduce_authors(
+    seeds: int = typer.Option(288, min=1, help="Number of starts (the authors ran 288)."),
+    init: str = typer.Option("xavier_normal", help="xavier_normal | uniform_ball | thm3 (the authors' initialisers)."),
+    radius: float = typer.Option(None, help="Disk radius for uniform_ball / thm3 (default 1e-4, the authors')."),
+    seed: int = _SEED,
+    t1: float = typer.Option(150.0, min=0.0, help="GF time (150 = the authors' 3e6 steps of lr 1e-4 on MSE)."),
+    rtol: float = typer.Option(1e-10, help="Relative tolerance."),
+    atol: float = typer.Option(1e-12, help="Absolute tolerance."),
+    chunk: int = typer.Option(128, min=1, help="Trajectories per compiled batch call (and per saved chunk)."),
+    out: Path = typer.Option(None, help=_OUT_HELP.replace("<experiment>", "authors or results/authors-<init>")),  # noqa: B008
+    figures: bool = _FIGURES,
+    fresh: bool = _FRESH,
+):
+    """The authors' experiment: their data, 2-2-2, GF time 150, runs with MSE < 1e-4 kept."""
+    from gflow import experiments
+
+    if out is None:
+        out = Path("results/authors" if init == "xavier_normal" else f"results/authors-{init}")
+    run = lambda **kw: experiments.authors(  # noqa: E731
+        seeds, init, seed, chunk=chunk, t1=t1, rtol=rtol, atol=atol, radius=radius, **kw
+    )
+    _reproduce("authors", run, out, figures, fresh)
 
 
 @app.command()
