@@ -38,10 +38,8 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 
 import argparse  # noqa: E402
 import datetime
-import json
 import os
 import statistics
-import tempfile
 import time
 
 import jax
@@ -49,6 +47,7 @@ import numpy as np
 
 import gflow
 from gflow import reference, theory
+from gflow._io import write_json
 
 from ._machine import describe, machine_info
 
@@ -354,34 +353,6 @@ def print_table(config, machine, r):
     console.print(
         f"Target (≥ {tgt['ratio']:g}x SciPy, agreement to {tgt['agreement']:g}): {'MET' if tgt['met'] else 'NOT MET'}"
     )
-
-
-def _strict_json(x):
-    """``x`` with NaN and infinities replaced by ``None`` (strict JSON has neither)."""
-    if isinstance(x, dict):
-        return {k: _strict_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_strict_json(v) for v in x]
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    return x
-
-
-def write_json(path, payload):
-    """Write ``payload`` as strict JSON (NaN as ``null``) atomically: a temporary file in
-    the same folder, then ``os.replace``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".engine-", suffix=".json.tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(_strict_json(payload), f, indent=2, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def main(argv=None):

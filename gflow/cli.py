@@ -4,9 +4,6 @@ thm1|thm2|thm3|authors`` (the paper's depth-2 experiments, :mod:`gflow.experimen
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 
 import typer
@@ -14,15 +11,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from ._io import write_json
+
 app = typer.Typer(help="gflow: exact gradient flow of bias-free ReLU networks.", no_args_is_help=True)
-
-
-def _write_json_atomic(path: Path, record: dict):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f, indent=2)
-    os.replace(tmp, path)
 
 
 @app.command()
@@ -106,7 +97,7 @@ def demo(
         dead_neuron=dead.tolist(),
         slid=slid.tolist(),
     )
-    _write_json_atomic(out / "demo.json", record)
+    write_json(out / "demo.json", record)
     console.print(f"wrote {figure} and {out / 'demo.json'}")
 
 

@@ -42,16 +42,16 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
 import numpy as np
 
 from . import theory
+from ._io import atomic_write
 from .events import Kind
 from .networks import init_params
 from .solution import Status
@@ -135,27 +135,11 @@ def _fingerprint(name: str, config: dict, version: str | None = None) -> str:
     return hashlib.sha256(json.dumps([name, config, version], sort_keys=True).encode()).hexdigest()
 
 
-def _atomic_write(path: Path, write: Callable, mode="wb"):
-    """Write through ``write(file)`` to a temporary file in ``path``'s folder, then rename it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _save_npz(path: Path, arrays: dict, fingerprint: str):
     """Arrays plus their SHA-256 and the config fingerprint, written atomically."""
     payload = {k: np.asarray(v) for k, v in arrays.items()}
     meta = {"__sha256__": np.array(_digest(payload)), "__fingerprint__": np.array(fingerprint)}
-    _atomic_write(path, lambda f: np.savez(f, **payload, **meta))
+    atomic_write(path, lambda f: np.savez(f, **payload, **meta))
 
 
 def _load_npz(path: Path, fingerprint: str | None = None, rows: int | None = None) -> dict | None:
@@ -180,7 +164,7 @@ def _load_npz(path: Path, fingerprint: str | None = None, rows: int | None = Non
 
 def _write_json(path: Path, record: dict):
     text = json.dumps(record, indent=2, default=_jsonable)
-    _atomic_write(path, lambda f: f.write(text), mode="w")
+    atomic_write(path, lambda f: f.write(text), mode="w")
 
 
 def _jsonable(x):
