@@ -20,6 +20,11 @@ next (SPEC §2):
   neuron, is inactive). Arrivals from the inactive side mirror this.
 - A sliding unit leaves when its control reaches 0 (to the inactive side) or 1 (to the
   active side).
+- A neuron inactive on every point gets zero gradient on its incoming and outgoing
+  weights, exactly (its slopes are 0). In the first layer its pre-activations are then
+  constant and it never fires again (dead for good). In deeper layers its weights are
+  frozen too, but its pre-activations still move with the layers below it, and the flow
+  may revive it: the engine follows that.
 
 Signs are decided with a relative tolerance, so round-off at the surface never flips a
 decision back and forth, and the integrator never looks at the sign of ``p`` to pick a
