@@ -164,19 +164,19 @@ def simulate_batch(
     P = n * sum(hidden)
     max_events = 64 + 16 * P if max_events is None else _count("max_events", max_events)
     max_sliding = min(P, 8) if max_sliding is None else _count("max_sliding", max_sliding)
-    cfg = Config(
-        loss=loss, solver=solver, shapes=tuple(tuple(W.shape[1:]) for W in params), n=n,
-        max_events=max_events, max_sliding=min(max_sliding, P),
-        event_samples=max(_count("event_samples", event_samples), 1), n_save=len(ts),
-        use_gtol=gtol is not None, use_ltol=ltol is not None, pcoeff=float(pcoeff), icoeff=float(icoeff),
-        lanes=_bucket(min(B, _count("lanes", lanes))),
-    )  # fmt: skip
-    max_steps = _count("max_steps", max_steps)
     devices = _devices(devices)
     D = len(devices)
     # Pad the batch (copies of member 0, dropped afterwards) to D equal power-of-two
     # shards, so that sweeps over batch sizes reuse a few compiled programs.
     per = _bucket(-(-B // D))
+    cfg = Config(
+        loss=loss, solver=solver, shapes=tuple(tuple(W.shape[1:]) for W in params), n=n,
+        max_events=max_events, max_sliding=min(max_sliding, P),
+        event_samples=max(_count("event_samples", event_samples), 1), n_save=len(ts),
+        use_gtol=gtol is not None, use_ltol=ltol is not None, pcoeff=float(pcoeff), icoeff=float(icoeff),
+        lanes=_bucket(min(per, _count("lanes", lanes))),
+    )  # fmt: skip
+    max_steps = _count("max_steps", max_steps)
     pad = per * D - B
     y0, X, Y, wd = (np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) for a in (ravel(params), X, Y, wd))
     scalars = (t1, rtol, atol, gtol_v, ltol_v, ts, max_steps)
