@@ -7,7 +7,7 @@ import platform
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-__all__ = ["machine_info", "package_versions"]
+__all__ = ["machine_info", "package_versions", "save_record"]
 
 _PACKAGES = ("gflow", "jax", "jaxlib", "diffrax", "equinox", "numpy", "scipy")
 
@@ -75,3 +75,24 @@ def describe(info: dict) -> str:
             f"JAX backend: {info['jax_backend']}; devices: {', '.join(info['jax_devices'])}; float64: {info['x64']}",
         ]
     )
+
+
+def save_record(path, benchmark: str, config: dict, machine: dict, results) -> None:
+    """Write one benchmark's record (name, UTC date, config, machine, versions, results)
+    as strict JSON, atomically, and say where."""
+    import datetime
+
+    from gflow._io import write_json
+
+    write_json(
+        path,
+        dict(
+            benchmark=benchmark,
+            date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            config=config,
+            machine=machine,
+            versions=machine["versions"],
+            results=results,
+        ),
+    )
+    print(f"wrote {path}")

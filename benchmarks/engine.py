@@ -37,7 +37,6 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     ).strip()
 
 import argparse  # noqa: E402
-import datetime
 import os
 import statistics
 import time
@@ -47,9 +46,8 @@ import numpy as np
 
 import gflow
 from gflow import reference, theory
-from gflow._io import write_json
 
-from ._machine import describe, machine_info
+from ._machine import describe, machine_info, save_record
 
 # The target for this benchmark (2-core CPU).
 TARGET_RATIO = 30.0
@@ -390,16 +388,7 @@ def main(argv=None):
     results = summarise(args, sol, first, times, scipy_runs, agreement)
 
     print_table(config, machine, results)
-    payload = dict(
-        benchmark="engine",
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        config=config,
-        machine=machine,
-        versions=machine["versions"],
-        results=results,
-    )
-    write_json(args.out, payload)
-    print(f"wrote {args.out}")
+    save_record(args.out, "engine", config, machine, results)
     return results
 
 

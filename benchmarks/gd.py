@@ -50,7 +50,6 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     ).strip()
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -62,9 +61,8 @@ import numpy as np  # noqa: E402
 
 import gflow  # noqa: E402
 from gflow import reference, theory  # noqa: E402
-from gflow._io import write_json  # noqa: E402
 
-from ._machine import describe, machine_info, package_versions  # noqa: E402
+from ._machine import describe, machine_info, package_versions, save_record  # noqa: E402
 
 # Devices that gflow and GD both use (set by main from --devices; default all local ones).
 DEVICES = None
@@ -879,16 +877,8 @@ def main(argv=None):
         benchmark_wall_s=time.perf_counter() - wall_start,
     )
     print_tables(res, machine)
-    payload = dict(
-        benchmark="gd",
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        config=config,
-        machine=machine,
-        versions=machine["versions"],
-        results=res,
-    )
-    write_json(args.out, payload)
-    print(f"wrote {args.out} (benchmark wall time {res['benchmark_wall_s']:.0f} s)")
+    save_record(args.out, "gd", config, machine, res)
+    print(f"benchmark wall time {res['benchmark_wall_s']:.0f} s")
     return res
 
 

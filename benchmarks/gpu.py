@@ -31,7 +31,6 @@ the machine and package versions.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import resource
 import statistics
@@ -194,7 +193,7 @@ def print_table(results, machine, config):
 
 
 def main(argv=None):
-    from .gd import run_info, write_json  # first: it sets XLA_FLAGS before JAX is imported
+    from .gd import run_info  # first: it sets XLA_FLAGS before JAX is imported
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=_ints, help="batch sizes (default 1000,10000,100000,1000000; 16,64 on CPU)")
@@ -272,16 +271,10 @@ def main(argv=None):
     )
     print_table(results, machine, config)
     total = time.perf_counter() - start
-    payload = dict(
-        benchmark="gpu",
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        config=config,
-        machine=machine,
-        versions=machine["versions"],
-        results=dict(records=results, benchmark_wall_s=total),
-    )
-    write_json(args.out, payload)
-    print(f"wrote {args.out} (benchmark wall time {total:.0f} s)")
+    from ._machine import save_record
+
+    save_record(args.out, "gpu", config, machine, dict(records=results, benchmark_wall_s=total))
+    print(f"benchmark wall time {total:.0f} s")
     return 0
 
 

@@ -35,7 +35,6 @@ of it compilation (7–45 s per configuration). Results are printed as Rich tabl
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -44,7 +43,7 @@ import sys
 import time
 
 # benchmarks.gd sets XLA_FLAGS (one CPU device per core) before JAX is imported: import it first.
-from .gd import run_info, write_json
+from .gd import run_info
 
 BASE = dict(widths=(2, 2, 2), n=2, data="authors", batch=64, t1=150.0)
 SMALL = dict(
@@ -391,16 +390,10 @@ def main(argv=None):
     )
     print_tables(results, machine, config)
     total = time.perf_counter() - start
-    payload = dict(
-        benchmark="scaling",
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        config=config,
-        machine=machine,
-        versions=machine["versions"],
-        results=dict(records=results, benchmark_wall_s=total),
-    )
-    write_json(args.out, payload)
-    print(f"wrote {args.out} (benchmark wall time {total:.0f} s)")
+    from ._machine import save_record
+
+    save_record(args.out, "scaling", config, machine, dict(records=results, benchmark_wall_s=total))
+    print(f"benchmark wall time {total:.0f} s")
     return results
 
 
