@@ -24,6 +24,8 @@ bound that does hold for those starts is :func:`s1_s2_angle_interval`.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -576,3 +578,559 @@ def row_norm_ratio(W):
     n = np.linalg.norm(W, axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.min(n, axis=-1) / np.max(n, axis=-1)
+
+
+# =============================================================================
+# Deep networks (SPEC §5): Theorems 4 and 5
+# =============================================================================
+#
+# Conventions: ``params = [W_1, ..., W_k]``, ``W_l`` of shape ``(d_l, d_{l-1})``,
+# ``N(x) = W_k σ(W_{k-1} ··· σ(W_1 x))`` with scalar output (``d_k = 1``); ``X`` of shape
+# ``(n, d_0)`` and ``Y`` of shape ``(n, 1)`` (or ``(n,)``). ``r(W) = ‖W‖_σ / ‖W‖_F``
+# (:func:`rank_ratio`). ``k`` is the depth of the shallow net ``N``, ``k'`` (``k_prime``)
+# the depth of the deep nets over which the theorems minimise ``‖θ‖²``.
+#
+# Both proofs share one inequality chain. For *any* depth-``k'`` net ``θ`` with
+# ``|N_θ(x_i)| ≥ 1`` at some ``‖x_i‖ ≤ 1``:
+#
+#     (1/k') Σ_j r(W_j) ≥ (Π_j r(W_j))^{1/k'}                         (AM-GM)
+#                       = (Π_j ‖W_j‖_σ)^{1/k'} / (Π_j ‖W_j‖_F)^{1/k'}
+#                       ≥ 1 / (Π_j ‖W_j‖_F)^{1/k'}                     (1 ≤ |N_θ(x_i)| ≤ Π_j ‖W_j‖_σ)
+#                       ≥ √(k' / ‖θ‖²)                                 (geometric ≤ quadratic mean)
+#
+# so every interpolating (Thm 4) or margin-1 (Thm 5) net with ``‖θ‖² ≤ ‖θ'‖²`` obeys the
+# bound, ``θ*`` in particular. (The paper goes through the balance of ``θ*``,
+# ``‖W*_j‖_F = B*``, which gives the same last line.) Each theorem then builds one feasible
+# deep net ``θ'`` from ``N`` and bounds ``‖θ'‖²``: the bound is ``√(k' / max ‖θ'‖²)``.
+
+__all__ += [
+    "RatioSummary",
+    "TeacherData",
+    "check_theorem4_assumptions",
+    "check_theorem5_assumptions",
+    "layer_ratios",
+    "ratio_summary",
+    "rebalance",
+    "shallow_B",
+    "teacher_data",
+    "theorem4_bound",
+    "theorem4_network",
+    "theorem4_norm_sq",
+    "theorem5_bound",
+    "theorem5_network",
+    "theorem5_norm_sq",
+]
+
+
+# -------------------------------------------------------------------------- bounds
+
+
+def theorem4_bound(k, k_prime, B, harmonic=False):
+    """Theorem 4 (square loss, minimum norm): ``(1/k') Σ_j r(W*_j) ≥ (1/B)^{k/k'}`` (Eq. 3).
+
+    Hypotheses: ``y_i ≥ 0``, some ``‖x_i‖ ≤ 1`` has ``y_i ≥ 1``; a depth-``k`` width-``m``
+    net ``N`` interpolates with ``‖W_j‖_F ≤ B``; ``θ*`` minimises ``‖θ‖²`` among
+    interpolating nets of depth ``k' > k`` and width ``m' ≥ m``.
+
+    Derivation (the paper's proof): with ``α = (1/B)^{(k'−k)/k'}`` and ``β = B^{k/k'}``,
+    :func:`theorem4_network` builds an interpolating ``θ'`` whose layer norms are all
+    ``≤ αB = β = B^{k/k'}``, so ``‖θ*‖² ≤ ‖θ'‖² ≤ k'·B^{2k/k'}`` (:func:`theorem4_norm_sq`)
+    and the chain of the section comment gives ``(1/k') Σ_j r(W*_j) ≥ √(k'/‖θ'‖²) ≥
+    B^{−k/k'}``. Rebalancing ``θ'`` cannot improve the constant: its layers are already
+    balanced when ``N`` is.
+
+    Arguments:
+        k: depth of ``N``, an integer ``≥ 1`` (or an integer array; all arguments broadcast).
+        k_prime: depth ``k' > k``.
+        B: bound on the layer norms of ``N``, ``≥ 1`` (the hypotheses force it:
+            ``1 ≤ y_i = N(x_i) ≤ ‖x_i‖·Π_j ‖W_j‖_σ ≤ B^k``).
+        harmonic: return Eq. 4 instead, the upper bound ``B^{k/k'}`` on the harmonic mean
+            of ``1/r(W*_j) = ‖W*_j‖_F/‖W*_j‖_σ``, which is ``1/(1/k') Σ_j r(W*_j)``.
+
+    Returns:
+        A float (or an array of the broadcast shape).
+    """
+    k, k_prime, B = _check_bound_args(k, k_prime, B, B_min=1.0)
+    bound = B ** (-k / k_prime)
+    return (1.0 / bound if harmonic else bound)[()]
+
+
+def theorem5_bound(k, k_prime, B, harmonic=False):
+    """Theorem 5 (max margin): ``(1/k') Σ_j r(W*_j) ≥ √(k'/(2(k'+1)))·(√2/B)^{k/k'}`` (Eq. 7).
+
+    Hypotheses: ``y_i ∈ {±1}``, some ``‖x_i‖ ≤ 1``; a depth-``k`` width-``m`` net ``N``
+    has ``y_i N(x_i) ≥ 1`` for all ``i`` and ``‖W_j‖_F ≤ B``; ``θ*`` minimises ``‖θ‖²``
+    subject to ``y_i N_θ(x_i) ≥ 1`` over nets of depth ``k' > k`` and width
+    ``m' ≥ max(m, 2)``. The bound tends to ``1/√2`` as ``k' → ∞``.
+
+    Derivation (re-derived from the paper's proof; it confirms SPEC §5's reconstructed
+    constant). Let ``α = (√2/B)^{(k'−k)/k'}``, ``β = (√2/B)^{−k/k'}``, so
+    ``α^k β^{k'−k} = 1``, and let ``u`` be the output row ``W_k`` of ``N``.
+    :func:`theorem5_network` takes ``W'_i = αW_i`` (``i < k``), ``W'_k = α[u; −u]``,
+    ``W'_i = βI_2`` (``k < i < k'``) and ``W'_{k'} = β(1, −1)``, so that
+    ``N'(x) = β^{k'−k}(σ(α^k N(x)) − σ(−α^k N(x))) = N(x)``. Its layer norms are
+    ``≤ αB`` (``i < k``), ``√2·α‖u‖ ≤ √2·αB`` (``i = k``) and ``√2·β`` (``i > k``), and
+    ``(αB)² = (√2β)² = 2^{(k'−k)/k'} B^{2k/k'} =: c``. Hence
+    ``‖θ*‖² ≤ ‖θ'‖² ≤ (k−1)c + 2c + (k'−k)c = (k'+1)c`` (:func:`theorem5_norm_sq`), and the
+    chain of the section comment (with ``|N*(x_i)| ≥ y_i N*(x_i) ≥ 1``) gives
+    ``(1/k') Σ_j r(W*_j) ≥ √(k'/((k'+1)c)) = √(k'/(2(k'+1)))·(√2/B)^{k/k'}``.
+
+    The constant is the proof's, not the best this construction gives: rebalancing ``θ'``
+    (same function, ``‖θ‖² = k'·(Π_j ‖W'_j‖_F)^{2/k'} ≤ k'·2^{1/k'}·c``) yields
+    ``2^{−1/(2k')}/√2·(√2/B)^{k/k'}``, larger by the factor
+    ``√((k'+1)/k')·2^{−1/(2k')} ∈ (1, 1.03]``; this function returns the paper's.
+
+    Arguments:
+        k, k_prime, B, harmonic: as in :func:`theorem4_bound` (``B ≥ 1`` again:
+            ``1 ≤ |N(x_i)| ≤ B^k``); ``harmonic=True`` returns Eq. 8, the reciprocal.
+
+    Returns:
+        A float (or an array of the broadcast shape).
+    """
+    k, k_prime, B = _check_bound_args(k, k_prime, B, B_min=1.0)
+    bound = np.sqrt(k_prime / (2.0 * (k_prime + 1))) * (np.sqrt(2.0) / B) ** (k / k_prime)
+    return (1.0 / bound if harmonic else bound)[()]
+
+
+def theorem4_norm_sq(k, k_prime, B):
+    """``k'·B^{2k/k'}``: Theorem 4's bound on ``‖θ'‖²``, hence on ``‖θ*‖²``.
+
+    Attained by :func:`theorem4_network` when every layer of ``N`` has norm ``B``. Any
+    interpolating depth-``k'`` net with ``‖θ‖²`` at most this obeys :func:`theorem4_bound`.
+    Arguments as in :func:`theorem4_bound` except that any ``B > 0`` is accepted.
+    """
+    k, k_prime, B = _check_bound_args(k, k_prime, B, B_min=0.0)
+    return (k_prime * B ** (2.0 * k / k_prime))[()]
+
+
+def theorem5_norm_sq(k, k_prime, B):
+    """``(k'+1)·2^{(k'−k)/k'}·B^{2k/k'}``: Theorem 5's bound on ``‖θ'‖²``, hence on ``‖θ*‖²``.
+
+    Attained by :func:`theorem5_network` when every layer of ``N`` has norm ``B``. Any
+    depth-``k'`` net with margins ``≥ 1`` and ``‖θ‖²`` at most this obeys
+    :func:`theorem5_bound`. Arguments as in :func:`theorem4_bound`, any ``B > 0``.
+    """
+    k, k_prime, B = _check_bound_args(k, k_prime, B, B_min=0.0)
+    return ((k_prime + 1) * 2.0 ** ((k_prime - k) / k_prime) * B ** (2.0 * k / k_prime))[()]
+
+
+def _check_bound_args(k, k_prime, B, B_min):
+    k = np.asarray(k)
+    k_prime = np.asarray(k_prime)
+    B = np.asarray(B, dtype=np.float64)
+    if not (_is_integral(k) and np.all(k >= 1)):
+        raise ValueError(f"k: expected an integer depth >= 1, got {k.tolist()!r}")
+    if not (_is_integral(k_prime) and np.all(k_prime > k)):
+        raise ValueError(f"k_prime: expected an integer depth k' > k = {k.tolist()!r}, got {k_prime.tolist()!r}")
+    if B_min > 0 and not (np.all(np.isfinite(B)) and np.all(B >= B_min)):
+        raise ValueError(
+            f"B: expected a finite bound B >= 1 on the layer norms of N (the hypotheses force it: "
+            f"1 <= |N(x_i)| <= ‖x_i‖·Π_j ‖W_j‖_σ <= B^k), got {B.tolist()!r}"
+        )
+    if not (np.all(np.isfinite(B)) and np.all(B > 0)):
+        raise ValueError(f"B: expected a positive finite bound on the layer norms, got {B.tolist()!r}")
+    return k.astype(np.float64), k_prime.astype(np.float64), B
+
+
+def _is_integral(a):
+    return a.dtype != bool and np.issubdtype(a.dtype, np.number) and np.all(np.isfinite(a)) and np.all(a == np.round(a))
+
+
+# -------------------------------------------------------------------- constructions
+
+
+def theorem4_network(params, k_prime, B=None, width=None):
+    """The deep net ``N'`` of Theorem 4's proof: depth ``k'``, ``N'(x) = σ(N(x))``.
+
+    With ``α = (1/B)^{(k'−k)/k'}`` and ``β = B^{k/k'}`` (``α^k β^{k'−k} = 1``):
+    ``W'_i = α W_i`` for ``i ≤ k`` and ``W'_i = [[β]]`` (1×1) for ``k < i ≤ k'``. Layer
+    ``k`` of ``N'`` is a hidden neuron computing ``σ(α^k N(x))``, so ``N'`` agrees with
+    ``N`` wherever ``N(x) ≥ 0``, in particular on Theorem 4's data. Layer norms:
+    ``α‖W_i‖_F ≤ αB = β`` for ``i ≤ k``, ``β`` for ``i > k``; ``‖θ'‖² ≤ k'β²``
+    (:func:`theorem4_norm_sq`), with equality when all layers of ``N`` have norm ``B``
+    (e.g. after :func:`rebalance`).
+
+    Arguments:
+        params: ``N = [W_1, ..., W_k]`` with scalar output, ``W_k`` of shape ``(1, d_{k-1})``.
+        k_prime: depth ``k' > k`` of ``N'``.
+        B: the theorem's bound ``‖W_j‖_F ≤ B``; default ``max_j ‖W_j‖_F``. Use
+            ``theorem4_network(rebalance(params), ...)`` for the smallest, :func:`shallow_B`.
+        width: optional ``m'``: zero-pad every hidden layer of ``N'`` to ``m'`` neurons
+            (padding changes neither the function, nor the norms, nor the ratios).
+
+    Returns:
+        ``[W'_1, ..., W'_{k'}]`` as float64 NumPy arrays.
+    """
+    Ws, k_prime, B = _check_construction(params, k_prime, B)
+    k = len(Ws)
+    alpha = B ** (-(k_prime - k) / k_prime)
+    beta = B ** (k / k_prime)
+    deep = [alpha * W for W in Ws] + [np.full((1, 1), beta) for _ in range(k_prime - k)]
+    return _pad_hidden(deep, width)
+
+
+def theorem5_network(params, k_prime, B=None, width=None):
+    """The deep net ``N'`` of Theorem 5's proof: depth ``k'``, ``N'(x) = N(x)`` for every ``x``.
+
+    With ``α = (√2/B)^{(k'−k)/k'}``, ``β = (√2/B)^{−k/k'}`` and ``u = W_k`` (the output
+    row of ``N``): ``W'_i = α W_i`` (``i < k``), ``W'_k = α[u; −u]`` (two neurons computing
+    ``σ(±α^k N(x))``), ``W'_i = β I_2`` (``k < i < k'``), ``W'_{k'} = β(1, −1)``. Layer
+    norms: ``α‖W_i‖_F``, ``√2·α‖u‖``, then ``√2·β``; ``‖θ'‖² ≤`` :func:`theorem5_norm_sq`
+    with equality when all layers of ``N`` have norm ``B``. Derivation in
+    :func:`theorem5_bound`.
+
+    Arguments:
+        params, k_prime, B: as in :func:`theorem4_network`.
+        width: optional ``m' ≥ max(m, 2)``: zero-pad every hidden layer to ``m'`` neurons.
+
+    Returns:
+        ``[W'_1, ..., W'_{k'}]`` as float64 NumPy arrays; hidden widths
+        ``d_1, ..., d_{k-1}, 2, ..., 2``.
+    """
+    Ws, k_prime, B = _check_construction(params, k_prime, B)
+    k = len(Ws)
+    alpha = (np.sqrt(2.0) / B) ** ((k_prime - k) / k_prime)
+    beta = (np.sqrt(2.0) / B) ** (-k / k_prime)
+    u = Ws[-1]
+    deep = [alpha * W for W in Ws[:-1]] + [alpha * np.vstack([u, -u])]
+    deep += [beta * np.eye(2) for _ in range(k_prime - k - 1)] + [beta * np.array([[1.0, -1.0]])]
+    return _pad_hidden(deep, width)
+
+
+def _check_chain(params, name="params"):
+    """``params`` as a list of float64 matrices with chained shapes."""
+    if isinstance(params, np.ndarray) or len(params) < 1:
+        raise ValueError(f"{name}: expected a non-empty list [W_1, ..., W_k] of matrices, got {type(params).__name__}")
+    Ws = [_as_matrix(W, f"{name}[{j}]") for j, W in enumerate(params)]
+    for j in range(1, len(Ws)):
+        if Ws[j].shape[1] != Ws[j - 1].shape[0]:
+            raise ValueError(
+                f"{name}[{j}]: expected {Ws[j - 1].shape[0]} columns to follow {name}[{j - 1}] of shape "
+                f"{Ws[j - 1].shape}, got shape {Ws[j].shape}"
+            )
+    return Ws
+
+
+def _check_scalar_net(params, name="params"):
+    Ws = _check_chain(params, name)
+    if Ws[-1].shape[0] != 1:
+        raise ValueError(f"{name}[{len(Ws) - 1}]: expected a scalar output, shape (1, d), got shape {Ws[-1].shape}")
+    return Ws
+
+
+def _check_construction(params, k_prime, B):
+    Ws = _check_scalar_net(params)
+    k = len(Ws)
+    if not (isinstance(k_prime, (int, np.integer)) and not isinstance(k_prime, bool) and k_prime > k):
+        raise ValueError(f"k_prime: expected an integer depth k' > k = {k}, got {k_prime!r}")
+    norms = np.array([np.linalg.norm(W) for W in Ws])
+    if B is None:
+        B = float(np.max(norms))
+    # 1e-12 relative slack: a rebalanced net's norms equal shallow_B only to round-off.
+    if not (np.isfinite(B) and B > 0 and B >= np.max(norms) * (1 - 1e-12)):
+        raise ValueError(
+            f"B: expected a finite bound B >= max_j ‖W_j‖_F = {np.max(norms)} (> 0) on the layer norms, got {B!r}"
+        )
+    return Ws, int(k_prime), float(B)
+
+
+def _pad_hidden(Ws, width):
+    if width is None:
+        return Ws
+    needed = max(W.shape[0] for W in Ws[:-1])
+    if not (isinstance(width, (int, np.integer)) and not isinstance(width, bool) and width >= needed):
+        raise ValueError(f"width: expected an integer m' >= {needed} (the widest hidden layer of N'), got {width!r}")
+    out = []
+    for j, W in enumerate(Ws):
+        rows = W.shape[0] if j == len(Ws) - 1 else width
+        cols = W.shape[1] if j == 0 else width
+        P = np.zeros((rows, cols))
+        P[: W.shape[0], : W.shape[1]] = W
+        out.append(P)
+    return out
+
+
+def _net(Ws, X):
+    """``N(x_i)`` for each row of ``X`` (plain NumPy): shape ``(n, d_k)``."""
+    h = X
+    for W in Ws[:-1]:
+        h = np.maximum(h @ W.T, 0.0)
+    return h @ Ws[-1].T
+
+
+# ---------------------------------------------------------------------- rebalancing
+
+
+def _layer_norms(params, name="params"):
+    if isinstance(params, np.ndarray) or len(params) < 1:
+        raise ValueError(f"{name}: expected a non-empty list [W_1, ..., W_k] of matrices, got {type(params).__name__}")
+    Ws = [np.asarray(W, dtype=np.float64) for W in params]
+    for j, W in enumerate(Ws):
+        if W.ndim < 2:
+            raise ValueError(f"{name}[{j}]: expected a matrix (..., d_l, d_(l-1)), got shape {W.shape}")
+    return Ws, np.stack(np.broadcast_arrays(*[np.linalg.norm(W, axis=(-2, -1)) for W in Ws]), axis=-1)
+
+
+def shallow_B(params):
+    """The smallest ``B`` with ``‖W_j‖_F ≤ B`` over layer rescalings of ``params``: ``(Π_j ‖W_j‖_F)^{1/k}``.
+
+    Rescaling ``W_j → c_j W_j`` with ``Π_j c_j = 1`` (``c_j > 0``) keeps the function
+    (positive homogeneity); ``max_j c_j‖W_j‖_F ≥ (Π_j c_j‖W_j‖_F)^{1/k}`` with equality iff
+    all norms are equal, which :func:`rebalance` achieves. (Rescaling single neurons,
+    incoming by ``c`` and outgoing by ``1/c``, can lower it further; not done here.)
+
+    Arguments:
+        params: ``[W_1, ..., W_k]``; leading batch axes allowed.
+
+    Returns:
+        The geometric mean of the layer norms: a float, or an array of the batch shape.
+    """
+    _, norms = _layer_norms(params)
+    with np.errstate(divide="ignore"):
+        return np.exp(np.mean(np.log(norms), axis=-1))[()]
+
+
+def rebalance(params):
+    """The same function with every layer norm equal to :func:`shallow_B`.
+
+    ``W_j → (b/‖W_j‖_F)·W_j`` with ``b = (Π_l ‖W_l‖_F)^{1/k}``; the factors multiply to 1,
+    so by positive homogeneity the outputs are unchanged (to round-off). Ratios
+    ``r(W_j)`` are unchanged too, and ``‖θ‖²`` drops to ``k·b²``, the least over layer
+    rescalings (geometric ≤ quadratic mean).
+
+    Arguments:
+        params: ``[W_1, ..., W_k]``; leading batch axes allowed.
+
+    Returns:
+        A new list of float64 NumPy arrays.
+
+    Raises:
+        ValueError: if a layer is zero (the net is then identically zero).
+    """
+    Ws, norms = _layer_norms(params)
+    if not (np.all(np.isfinite(norms)) and np.all(norms > 0)):
+        raise ValueError(f"params: rebalancing needs finite non-zero layers, got layer norms {norms.tolist()!r}")
+    b = np.exp(np.mean(np.log(norms), axis=-1))
+    return [W * (b / norms[..., j])[..., None, None] for j, W in enumerate(Ws)]
+
+
+# --------------------------------------------------------------------- rank ratios
+
+
+class RatioSummary(NamedTuple):
+    """Per-layer ``r(W_j)`` and the two averages of Theorems 4–5.
+
+    ``ratios``: shape ``(..., k)``; ``mean``: ``(1/k) Σ_j r(W_j)`` (Eq. 3 / Eq. 7);
+    ``harmonic``: the harmonic mean of ``1/r(W_j) = ‖W_j‖_F/‖W_j‖_σ``, i.e. of the square
+    roots of the stable ranks (Eq. 4 / Eq. 8); it equals ``1/mean``.
+    """
+
+    ratios: np.ndarray
+    mean: np.ndarray
+    harmonic: np.ndarray
+
+
+def layer_ratios(params):
+    """``r(W_j) = ‖W_j‖_σ/‖W_j‖_F`` (:func:`rank_ratio`) for each layer: shape ``(..., k)``.
+
+    Batch axes allowed; NaN for a zero layer.
+    """
+    Ws, _ = _layer_norms(params)
+    return np.stack(np.broadcast_arrays(*[rank_ratio(W) for W in Ws]), axis=-1)
+
+
+def ratio_summary(params):
+    """:class:`RatioSummary` of ``params = [W_1, ..., W_k]`` (batch axes allowed)."""
+    r = layer_ratios(params)
+    mean = np.mean(r, axis=-1)
+    return RatioSummary(r, mean[()], (r.shape[-1] / np.sum(r, axis=-1))[()])
+
+
+# ------------------------------------------------------------------ data, hypotheses
+
+
+class TeacherData(NamedTuple):
+    """Data realised by a shallow teacher; see :func:`teacher_data`."""
+
+    X: np.ndarray
+    Y: np.ndarray
+    params: list
+    B: float
+
+
+def _sphere(rng, n, d):
+    g = rng.standard_normal((n, d))
+    return g / np.linalg.norm(g, axis=1, keepdims=True)
+
+
+def teacher_data(key: jax.Array, n, widths, theorem=4, gap=1e-2):
+    """Data meeting Theorem 4's or 5's hypotheses, realised by a random balanced shallow teacher.
+
+    The teacher has Gaussian weights (entries of ``W_l`` are ``N(0, 1/d_{l-1})``), is
+    rebalanced (:func:`rebalance`) and then scaled, all layers alike, so that the
+    hypotheses hold tightly. Inputs are uniform on the unit sphere (``‖x_i‖ = 1``).
+
+    - ``theorem=4``: the teacher's last layer is made entrywise non-negative, so that
+      ``N ≥ 0`` (for ``k = 1``, ``N(x) = w·x``, each ``x_i`` is flipped instead to make
+      ``w·x_i ≥ 0``); ``Y = N(X)`` and ``max_i y_i = 1``.
+    - ``theorem=5``: ``Y = sign N(X)`` and ``min_i y_i N(x_i) = 1``. Points with
+      ``|N(x)| ≤ gap·Π_l ‖W_l‖_σ`` (before scaling) are redrawn, to keep ``B`` moderate.
+
+    Both hold up to round-off (``~1e-16``), hence the ``atol`` of the ``check_*`` functions.
+    A teacher that is identically zero (a dead layer) is redrawn. The draws come from a
+    NumPy generator seeded with the bits of ``key`` (``jax.random`` would compile once
+    per shape); the same key gives the same data.
+
+    Arguments:
+        key: a ``jax.random`` key.
+        n: number of points.
+        widths: ``(d_0, d_1, ..., d_k)`` with ``d_k = 1``.
+        theorem: ``4`` (non-negative regression targets) or ``5`` (``±1`` labels).
+        gap: in ``[0, 1)``; only used for ``theorem=5``.
+
+    Returns:
+        ``TeacherData(X, Y, params, B)``: ``X`` of shape ``(n, d_0)``, ``Y`` of shape
+        ``(n, 1)``, the teacher ``params`` (every layer of norm ``B``) and
+        ``B =`` :func:`shallow_B` ``(params)``, the ``B`` to pass to the bounds.
+    """
+    if not (isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1):
+        raise ValueError(f"n: expected a positive int, got {n!r}")
+    widths = tuple(widths)
+    if len(widths) < 2 or not all(isinstance(d, (int, np.integer)) and d >= 1 for d in widths) or widths[-1] != 1:
+        raise ValueError(f"widths: expected (d_0, ..., d_k) of positive ints with d_k = 1, got {widths!r}")
+    if theorem not in (4, 5):
+        raise ValueError(f"theorem: expected 4 or 5, got {theorem!r}")
+    if not 0 <= gap < 1:
+        raise ValueError(f"gap: expected a float in [0, 1), got {gap!r}")
+    k = len(widths) - 1
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key), dtype=np.uint32).ravel())
+    for _ in range(100):
+        Ws = [rng.standard_normal((fo, fi)) / np.sqrt(fi) for fi, fo in zip(widths[:-1], widths[1:])]
+        if theorem == 4:
+            X = _sphere(rng, n, widths[0])
+            if k == 1:
+                X = X * np.where(X @ Ws[0].T >= 0, 1.0, -1.0)
+            else:
+                Ws[-1] = np.abs(Ws[-1])
+        else:
+            X = _points_away_from_zero(rng, n, Ws, gap)
+            if X is None:
+                continue
+        if any(np.linalg.norm(W) == 0 for W in Ws):
+            continue
+        Ws = rebalance(Ws)
+        out = _net(Ws, X)[:, 0]
+        scale = np.max(out) if theorem == 4 else np.min(np.abs(out))
+        if not scale > 0:
+            continue
+        Ws = [W * scale ** (-1.0 / k) for W in Ws]
+        Y = _net(Ws, X) if theorem == 4 else np.sign(out)[:, None]
+        return TeacherData(X, Y, Ws, float(shallow_B(Ws)))
+    raise RuntimeError(f"teacher_data: no usable teacher in 100 draws for widths {widths!r}")
+
+
+def _points_away_from_zero(rng, n, Ws, gap, rounds=10):
+    """``n`` unit points with ``|N(x)| > gap·Π_l ‖W_l‖_σ``, or ``None`` if too few turn up."""
+    threshold = gap * np.prod([np.linalg.norm(W, 2) for W in Ws])
+    kept, count = [], 0
+    for _ in range(rounds):
+        C = _sphere(rng, 4 * n + 16, Ws[0].shape[1])
+        C = C[np.abs(_net(Ws, C)[:, 0]) > threshold]
+        kept.append(C)
+        count += len(C)
+        if count >= n:
+            return np.concatenate(kept)[:n]
+    return None
+
+
+def _check_data(X, Y, atol):
+    if not (np.isfinite(atol) and atol >= 0):
+        raise ValueError(f"atol: expected a non-negative finite float, got {atol!r}")
+    X = _as_matrix(X, "X")
+    Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim == 2 and Y.shape[1] == 1:
+        Y = Y[:, 0]
+    if Y.shape != (X.shape[0],) or not np.all(np.isfinite(Y)):
+        raise ValueError(
+            f"Y: expected finite scalar labels of shape ({X.shape[0]},) or ({X.shape[0]}, 1), got {Y.shape}"
+        )
+    return X, Y
+
+
+def _check_teacher(params, X):
+    Ws = _check_scalar_net(params)
+    if Ws[0].shape[1] != X.shape[1]:
+        raise ValueError(f"params[0]: expected {X.shape[1]} columns (d_in of X), got shape {Ws[0].shape}")
+    return _net(Ws, X)[:, 0]
+
+
+def check_theorem4_assumptions(X, Y, params=None, atol=1e-12):
+    """Check Theorem 4's hypotheses on data (and, if given, on the shallow net) and return a witness.
+
+    Data: ``y_i ≥ 0`` for all ``i`` and some ``i`` with ``‖x_i‖ ≤ 1`` and ``y_i ≥ 1``.
+    Net (if ``params`` is given): scalar output and ``N(x_i) = y_i`` for all ``i``, to
+    ``atol·max(1, |y_i|)``. All inequalities are checked with slack ``atol``. The bound
+    ``B`` is then :func:`shallow_B` ``(params)`` (after :func:`rebalance`) or
+    ``max_j ‖W_j‖_F``.
+
+    Arguments:
+        X: inputs, shape ``(n, d_in)``.
+        Y: targets, shape ``(n, 1)`` or ``(n,)``.
+        params: optional ``[W_1, ..., W_k]``.
+        atol: non-negative tolerance.
+
+    Returns:
+        The index ``i`` of a witness point (``‖x_i‖ ≤ 1``, ``y_i ≥ 1``), the largest ``y_i``.
+
+    Raises:
+        ValueError: naming the argument whose hypothesis fails.
+    """
+    X, Y = _check_data(X, Y, atol)
+    if np.min(Y) < -atol:
+        raise ValueError(f"Y: Theorem 4 expects targets y_i >= 0, got min_i y_i = {np.min(Y)}")
+    inside = np.linalg.norm(X, axis=1) <= 1 + atol
+    if not np.any(inside & (Y >= 1 - atol)):
+        best = np.max(Y[inside]) if np.any(inside) else None
+        raise ValueError(
+            f"X, Y: Theorem 4 expects some i with ‖x_i‖ <= 1 and y_i >= 1; max y_i over ‖x_i‖ <= 1 is {best}"
+        )
+    if params is not None:
+        err = np.abs(_check_teacher(params, X) - Y)
+        if np.any(err > atol * np.maximum(1.0, np.abs(Y))):
+            raise ValueError(
+                f"params: Theorem 4 expects N(x_i) = y_i for all i, got max_i |N(x_i) − y_i| = {err.max()}"
+            )
+    return int(np.argmax(np.where(inside, Y, -np.inf)))
+
+
+def check_theorem5_assumptions(X, Y, params=None, atol=1e-12):
+    """Check Theorem 5's hypotheses on data (and, if given, on the shallow net) and return a witness.
+
+    Data: ``y_i ∈ {−1, +1}`` exactly and some ``i`` with ``‖x_i‖ ≤ 1``. Net (if
+    ``params`` is given): scalar output and margins ``y_i N(x_i) ≥ 1 − atol`` for all ``i``.
+
+    Arguments:
+        X: inputs, shape ``(n, d_in)``.
+        Y: labels, shape ``(n, 1)`` or ``(n,)``.
+        params: optional ``[W_1, ..., W_k]``.
+        atol: non-negative tolerance.
+
+    Returns:
+        The index ``i`` of the point of smallest norm (a witness iff ``‖x_i‖ ≤ 1``).
+
+    Raises:
+        ValueError: naming the argument whose hypothesis fails.
+    """
+    X, Y = _check_data(X, Y, atol)
+    if not np.all(np.abs(Y) == 1):
+        raise ValueError(f"Y: Theorem 5 expects labels in {{-1, +1}}, got values {np.unique(Y)}")
+    norms = np.linalg.norm(X, axis=1)
+    if np.min(norms) > 1 + atol:
+        raise ValueError(f"X: Theorem 5 expects some i with ‖x_i‖ <= 1, got min_i ‖x_i‖ = {np.min(norms)}")
+    if params is not None:
+        margins = Y * _check_teacher(params, X)
+        if np.min(margins) < 1 - atol:
+            raise ValueError(
+                f"params: Theorem 5 expects y_i N(x_i) >= 1 for all i, got min_i y_i N(x_i) = {margins.min()}"
+            )
+    return int(np.argmin(norms))
