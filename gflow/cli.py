@@ -1,5 +1,7 @@
 """Command line: ``gflow demo`` (a small run of the authors' setting), ``gflow reproduce
-thm1|thm2|thm3|authors`` (the paper's depth-2 experiments, :mod:`gflow.experiments`) and
+thm1|thm2|thm3|authors`` (the paper's depth-2 experiments, :mod:`gflow.experiments`),
+``gflow reproduce thm4|thm5`` (deep networks, :mod:`gflow.experiments_deep`),
+``gflow sweep CONFIG`` (many trajectories in resumable chunks, :mod:`gflow.sweep`) and
 ``gflow version``."""
 
 from __future__ import annotations
@@ -66,7 +68,10 @@ def demo(
     table.add_row("ended with a dead neuron", f"{dead.sum()}/{seeds}")
     table.add_row("slid on a kink (Filippov)", f"{slid.sum()}/{seeds}")
     if converged.any():
-        table.add_row("stable rank of W, converged runs: min / median", f"{srank[converged].min():.3f} / {np.median(srank[converged]):.3f}")
+        table.add_row(
+            "stable rank of W, converged runs: min / median",
+            f"{srank[converged].min():.3f} / {np.median(srank[converged]):.3f}",
+        )
         table.add_row("converged runs with stable rank < 1.1", f"{np.sum(srank[converged] < 1.1)}")
     console.print(table)
 
@@ -126,7 +131,7 @@ def _render(console, title, rows):
     console.print(table)
 
 
-def _reproduce(name, run, out, figures, fresh, console=None):
+def _reproduce(name, run, out, figures, fresh, console=None, save_figures=None):
     """Run ``run(out=..., progress=...)`` under a Rich progress bar, print its tables,
     write its figures; returns the result."""
     import shutil
@@ -148,7 +153,8 @@ def _reproduce(name, run, out, figures, fresh, console=None):
         _render(console, f"{name}: region sequences and outcomes", result["outcomes"])
     console.print(f"results: {out / 'results.npz'}, {out / 'record.json'}")
     if figures:
-        from gflow.experiments import save_figures
+        if save_figures is None:
+            from gflow.experiments import save_figures
 
         paths = save_figures(result, out)
         console.print("figures: " + ", ".join(str(p) for p in paths))
@@ -245,6 +251,170 @@ def reproduce_authors(
         seeds, init, seed, chunk=chunk, t1=t1, rtol=rtol, atol=atol, radius=radius, **kw
     )
     _reproduce("authors", run, out, figures, fresh)
+
+
+_DEPTHS = typer.Option(  # noqa: B008
+    None, "--depth", help="Student depth k' (repeat for several; default 2 3 4 5 6 8 10)."
+)
+_WIDTHS = typer.Option(None, "--sweep-width", help="Widths of the width sweep (repeat; default 2 4 8).")  # noqa: B008
+
+
+@reproduce_app.command("thm4")
+def reproduce_thm4(
+    depth: list[int] = _DEPTHS,
+    width: int = typer.Option(4, min=1, help="Hidden width of the depth sweep."),
+    runs: int = typer.Option(3, "--runs", "--seeds", min=1, help="Random starts per (depth, width)."),
+    sweep_width: list[int] = _WIDTHS,
+    sweep_depth: int = typer.Option(4, min=2, help="Depth of the width sweep."),
+    points: int = typer.Option(8, min=1, help="Data points (teacher: depth 2, width 3, inputs in R^4)."),
+    lam: list[float] = typer.Option(  # noqa: B008
+        None, "--lambda", help="Weight decays, decreasing (repeat; default 1e-2 1e-3)."
+    ),
+    seed: int = _SEED,
+    events: str = typer.Option("stop", help="stop (exact at every kink) | through (see gflow.simulate)."),
+    out: Path = typer.Option(Path("results/thm4"), help=_OUT_HELP),  # noqa: B008
+    figures: bool = _FIGURES,
+    fresh: bool = _FRESH,
+):
+    """Theorem 4: deeper nets at the stationary points of L + (λ/2)‖θ‖², λ swept down: rank ratios vs the bound."""
+    from gflow import experiments_deep as deep
+
+    run = lambda **kw: deep.thm4(  # noqa: E731
+        tuple(depth or ()) or deep.DEPTHS, width, runs, seed, widths=tuple(sweep_width or ()) or (2, 4, 8),
+        sweep_depth=sweep_depth, n_points=points, lambdas=tuple(lam or ()) or deep.THM4_LAMBDAS, events=events, **kw,
+    )  # fmt: skip
+    _reproduce("thm4", run, out, figures, fresh, save_figures=deep.save_figures)
+
+
+@reproduce_app.command("thm5")
+def reproduce_thm5(
+    depth: list[int] = _DEPTHS,
+    width: int = typer.Option(4, min=1, help="Hidden width of the depth sweep."),
+    runs: int = typer.Option(3, "--runs", "--seeds", min=1, help="Random starts per (depth, width)."),
+    sweep_width: list[int] = _WIDTHS,
+    sweep_depth: int = typer.Option(4, min=2, help="Depth of the width sweep."),
+    points: int = typer.Option(8, min=1, help="Data points (teacher: depth 2, width 3, inputs in R^4)."),
+    t1: float = typer.Option(1e8, min=1.0, help="GF time (exponential loss: the norm grows like log t)."),
+    dtol: float = typer.Option(None, help="Stop a run once tan ∠(θ, dθ/dt) < dtol (default: run to t1)."),
+    seed: int = _SEED,
+    events: str = typer.Option("stop", help="stop (exact at every kink) | through (see gflow.simulate)."),
+    out: Path = typer.Option(Path("results/thm5"), help=_OUT_HELP),  # noqa: B008
+    figures: bool = _FIGURES,
+    fresh: bool = _FRESH,
+):
+    """Theorem 5: deeper nets under the exponential loss to t = 1e8: rank ratios and margin vs the bound."""
+    from gflow import experiments_deep as deep
+
+    run = lambda **kw: deep.thm5(  # noqa: E731
+        tuple(depth or ()) or deep.DEPTHS, width, runs, seed, widths=tuple(sweep_width or ()) or (2, 4, 8),
+        sweep_depth=sweep_depth, n_points=points, t1=t1, dtol=dtol, events=events, **kw,
+    )  # fmt: skip
+    _reproduce("thm5", run, out, figures, fresh, save_figures=deep.save_figures)
+
+
+@app.command()
+def sweep(
+    config: Path = typer.Argument(..., help="Sweep config, JSON or TOML (keys: gflow.sweep.check_config)."),  # noqa: B008
+    out: Path = typer.Option(None, help="Output folder (overrides the config's `out`)."),  # noqa: B008
+    devices: int = typer.Option(
+        None, min=1, help="Local devices to use (default: all; on a CPU: XLA_FLAGS, see the README)."
+    ),
+    merge_only: bool = typer.Option(False, "--merge-only", help="Compute nothing: merge the finished chunk files."),
+    wait: float = typer.Option(
+        None, min=0.0, help="Seconds process 0 waits for other processes' chunks (default 3600 with several, else 0)."
+    ),
+    coordinator: str = typer.Option(
+        None, envvar="JAX_COORDINATOR_ADDRESS", help="host:port of process 0: start jax.distributed with it."
+    ),
+    num_processes: int = typer.Option(None, min=1, envvar="JAX_NUM_PROCESSES", help="Number of processes."),
+    process_id: int = typer.Option(None, min=0, envvar="JAX_PROCESS_ID", help="This process, 0 .. N-1."),
+    distributed: bool = typer.Option(
+        False, "--distributed", help="jax.distributed.initialize() with cluster auto-detection (SLURM, Open MPI, ...)."
+    ),
+):
+    """Many trajectories from one config, in chunks over the local devices and processes.
+
+    Each finished chunk is written atomically to OUT/chunks/ with a checksum and its
+    provenance; a rerun skips the finished ones. Chunk k belongs to process k % N;
+    process 0 merges all of them into OUT/results.npz and OUT/record.json. Several
+    processes: --num-processes N --process-id I (independent processes on a shared file
+    system), plus --coordinator HOST:PORT to join them with jax.distributed."""
+    import jax
+
+    from gflow import sweep as sw
+
+    console = Console()
+    if (num_processes is None) != (process_id is None) and coordinator is None and not distributed:
+        console.print("[red]error:[/] --num-processes and --process-id go together")
+        raise typer.Exit(2)
+    if coordinator is not None or distributed:  # first: before anything starts JAX's backend
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+        index, count = jax.process_index(), jax.process_count()
+    elif num_processes is not None:
+        index, count = process_id, num_processes
+        if not index < count:
+            console.print(f"[red]error:[/] --process-id: expected 0 .. {count - 1}, got {index}")
+            raise typer.Exit(2)
+    else:
+        index, count = 0, 1
+    try:
+        cfg = sw.load_config(config, out=None if out is None else str(out))
+    except ValueError as e:
+        console.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2) from None
+    if cfg["out"] is None:
+        console.print(f"[red]error:[/] {config}: out: expected an output folder in the config or --out, got none")
+        raise typer.Exit(2)
+    wait = (3600.0 if count > 1 else 0.0) if wait is None else wait
+    local = jax.local_devices()
+    if devices is not None and devices > len(local):
+        console.print(f"[red]error:[/] --devices: expected at most {len(local)} (the local devices), got {devices}")
+        raise typer.Exit(2)
+    local = local[:devices]
+    who = f"process {index} of {count}, " if count > 1 else ""
+    console.print(f"sweep {config}: {who}{len(local)} {local[0].platform} device(s) -> {cfg['out']}")
+    with Progress(console=console, transient=False) as bar:
+        tasks = {}
+
+        def advance(stage, done, total):
+            if stage not in tasks:
+                name = "chunks" if stage == "chunks" else "merge: chunk files ready"
+                tasks[stage] = bar.add_task(name, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        try:
+            result = sw.run(
+                cfg, devices=devices, process_index=index, process_count=count, compute=not merge_only, wait=wait,
+                progress=advance,
+            )  # fmt: skip
+        except TimeoutError as e:
+            console.print(f"[red]{e}[/]")
+            raise typer.Exit(1) from None
+    c = result["chunks"]
+    table = Table(title=f"sweep {config} ({who}{cfg['trajectories']} trajectories)")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    counts = f"{c['total']} / {c['owned']} / {c['computed']} / {c['reused']}"
+    table.add_row("chunks: total / own / computed / reused", counts)
+    if c["computed"]:
+        rate = f"{c['trajectories']} trajectories in {c['seconds']:.1f} s ({c['trajectories'] / c['seconds']:.0f}/s)"
+        table.add_row("computed here (first chunk compiles)", rate)
+    record = result["record"]
+    if record is not None:
+        s = record["summary"]
+        table.add_row("chunks by process", ", ".join(f"{p}: {n}" for p, n in record["chunks"]["by_process"].items()))
+        table.add_row("status", ", ".join(f"{k} {v}" for k, v in s["status"].items()))
+        table.add_row("loss min / median / max", " / ".join(f"{s['loss'][k]:.3g}" for k in ("min", "median", "max")))
+        table.add_row("events per trajectory mean / max", f"{s['events']['mean']:.2f} / {s['events']['max']}")
+        table.add_row("trajectories that slid on a kink", str(s["slid"]))
+        table.add_row("accepted steps mean / max", f"{s['accepted_steps']['mean']:.0f} / {s['accepted_steps']['max']}")
+        table.add_row("wall time", f"{record['wall_s']:.1f} s")
+    console.print(table)
+    folder = Path(cfg["out"])
+    if record is not None:
+        console.print(f"results: {folder / 'results.npz'}, {folder / 'record.json'}")
+    else:
+        console.print(f"chunks: {folder / 'chunks'} (process 0 merges)")
 
 
 @app.command()

@@ -37,11 +37,8 @@ Units: the square loss ``L = ½ Σ_i ‖N(x_i) − y_i‖²``; the authors' MSE 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
-import platform
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -51,6 +48,7 @@ import jax
 import numpy as np
 
 from . import theory
+from ._chunks import _fingerprint, _load_npz, _run_chunks, _save_npz, _versions
 from ._io import atomic_write
 from .events import Kind
 from .networks import init_params
@@ -77,9 +75,6 @@ AUTHORS_INITS = ("xavier_normal", "uniform_ball", "thm3")
 """Initialisers of the authors' code: Xavier-normal; ``uniform_from_ball`` (each row of
 ``W`` and of ``V`` uniform in a disk); ``thm3`` (rows of ``W`` uniform in a disk, ``V = 0``).
 Their code passes one ``--init_max_norm`` (default 1e-4) as the disk radius to both."""
-
-_CHUNK_NAME = "chunk_{:05d}.npz"
-_META = ("__sha256__", "__fingerprint__")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -115,53 +110,6 @@ def _out(out):
     return Path(out)
 
 
-# ------------------------------------------------------------------ atomic, checked files
-
-
-def _digest(arrays: dict) -> str:
-    h = hashlib.sha256()
-    for key in sorted(arrays):
-        a = np.ascontiguousarray(arrays[key])
-        h.update(f"{key}|{a.dtype.str}|{a.shape}|".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def _fingerprint(name: str, config: dict, version: str | None = None) -> str:
-    """Identifies the computation: experiment, config and gflow version (a chunk computed by
-    another version of the engine is recomputed, not mixed in)."""
-    if version is None:
-        from . import __version__ as version
-    return hashlib.sha256(json.dumps([name, config, version], sort_keys=True).encode()).hexdigest()
-
-
-def _save_npz(path: Path, arrays: dict, fingerprint: str):
-    """Arrays plus their SHA-256 and the config fingerprint, written atomically."""
-    payload = {k: np.asarray(v) for k, v in arrays.items()}
-    meta = {"__sha256__": np.array(_digest(payload)), "__fingerprint__": np.array(fingerprint)}
-    atomic_write(path, lambda f: np.savez(f, **payload, **meta))
-
-
-def _load_npz(path: Path, fingerprint: str | None = None, rows: int | None = None) -> dict | None:
-    """The arrays of a file written by :func:`_save_npz`, or ``None`` if it is missing,
-    unreadable, fails its checksum, has another fingerprint or the wrong number of rows."""
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            data = {k: f[k] for k in f.files}
-    except Exception:  # missing, truncated, not a zip, bad CRC, pickled content, ...
-        return None
-    if any(k not in data for k in _META):
-        return None
-    arrays = {k: v for k, v in data.items() if k not in _META}
-    if str(data["__sha256__"]) != _digest(arrays):
-        return None
-    if fingerprint is not None and str(data["__fingerprint__"]) != fingerprint:
-        return None
-    if rows is not None and any(np.ndim(v) == 0 or len(v) != rows for v in arrays.values()):
-        return None
-    return arrays
-
-
 def _write_json(path: Path, record: dict):
     text = json.dumps(record, indent=2, default=_jsonable)
     atomic_write(path, lambda f: f.write(text), mode="w")
@@ -175,44 +123,6 @@ def _jsonable(x):
     if isinstance(x, Path):
         return str(x)
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
-
-
-def _versions() -> dict:
-    from . import __version__
-
-    out = {"gflow": __version__, "jax": jax.__version__, "numpy": np.__version__, "python": sys.version.split()[0]}
-    for name in ("jaxlib", "diffrax", "equinox"):
-        try:
-            out[name] = __import__(name).__version__
-        except (ImportError, AttributeError):
-            out[name] = None
-    out["x64"] = bool(jax.config.read("jax_enable_x64"))
-    out["platform"] = f"{platform.system()} {platform.machine()}; jax backend {jax.default_backend()}"
-    return out
-
-
-def _run_chunks(name, config, n_items, chunk, compute, out, progress):
-    """Run ``compute(start, stop) -> dict of arrays`` over ``[0, n_items)`` in chunks,
-    reusing valid chunk files under ``out/chunks``. Returns ``(arrays, computed, reused)``."""
-    fp = _fingerprint(name, config)
-    starts = list(range(0, n_items, chunk))
-    parts, computed, reused = [], 0, 0
-    for k, start in enumerate(starts):
-        stop = min(start + chunk, n_items)
-        path = None if out is None else out / "chunks" / _CHUNK_NAME.format(k)
-        arrays = None if path is None else _load_npz(path, fp, stop - start)
-        if arrays is None:
-            arrays = compute(start, stop)
-            computed += 1
-            if path is not None:
-                _save_npz(path, arrays, fp)
-        else:
-            reused += 1
-        parts.append(arrays)
-        if progress is not None:
-            progress(k + 1, len(starts))
-    merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    return merged, computed, reused
 
 
 def _finish(name, config, arrays, summary, out, t_start, computed, reused, extra=None):
@@ -257,8 +167,9 @@ def load(folder) -> dict:
     out = dict(
         name=record["experiment"], config=record["config"], arrays=arrays, summary=record["summary"], record=record
     )
-    if "outcomes" in record:
-        out["outcomes"] = record["outcomes"]
+    for extra in ("outcomes", "teacher", "ts"):  # authors; thm4 / thm5 (gflow.experiments_deep)
+        if extra in record:
+            out[extra] = record[extra]
     return out
 
 

@@ -25,14 +25,17 @@ import functools
 from typing import NamedTuple
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 
 from . import events as ev
 from .solution import Status
 
-_SOLVERS = {"dopri8": diffrax.Dopri8, "dopri5": diffrax.Dopri5, "tsit5": diffrax.Tsit5}
+_SOLVERS = {"dopri8": diffrax.Dopri8, "dopri5": diffrax.Dopri5, "tsit5": diffrax.Tsit5, "kvaerno5": diffrax.Kvaerno5}
+_IMPLICIT = ("kvaerno5",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Config:
     lanes: int
     pcoeff: float
     icoeff: float
+    through: bool = False
+    use_dtol: bool = False
 
     @property
     def hidden_widths(self):
@@ -106,18 +111,33 @@ def ravel(params):
 def compiled(cfg: Config):
     """The jitted batch integrator for one configuration."""
     system = ev.System(_unravel_for(cfg.shapes), cfg.loss, cfg.n, cfg.hidden_widths, cfg.max_sliding)
-    solver = _SOLVERS[cfg.solver]()
+    base_solver = _SOLVERS[cfg.solver]()
     P, E, M = system.P, cfg.max_events, cfg.event_samples
+
+    if cfg.through:
+        # Kinks are not stopped at: the slopes are the ReLU derivatives at the state itself
+        # (σ'(0) = 0), so the field is the plain autodiff gradient and the step controller
+        # absorbs the kinks; crossings are read off the dense solution afterwards.
+        def slopes_of(y, data, mode, control, any_sliding):
+            return (system.preacts(y, data) > 0).astype(y.dtype)
+    else:
+        slopes_of = system.slopes
 
     def vector_field(t, y, args):
         mode, control, data, any_sliding = args
-        return system.field(y, data, system.slopes(y, data, mode, control, any_sliding))
+        return system.field(y, data, slopes_of(y, data, mode, control, any_sliding))
 
     terms = diffrax.ODETerm(vector_field)
-    error_order = solver.order(terms) + 1
+    error_order = base_solver.order(terms) + 1
 
-    def run(y0, X, Y, wd, t1, rtol, atol, gtol, ltol, ts, max_steps):
+    def run(y0, X, Y, wd, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
         N, L, S = y0.shape[0], cfg.lanes, len(ts)
+        solver = base_solver
+        if cfg.solver in _IMPLICIT:
+            # The implicit stages' Newton (chord) iterations stop at the step tolerances.
+            solver = eqx.tree_at(
+                lambda s: (s.root_finder.rtol, s.root_finder.atol, s.root_finder.norm), solver, (rtol, atol, optx.rms_norm)
+            )
         controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
         vmap = jax.vmap
 
@@ -144,9 +164,12 @@ def compiled(cfg: Config):
                 mode, control, _, records = vmap(handle)(y, data, mode, control, on_surface)
                 return (mode, control) + _write(records, jnp.zeros(L), *buffers)
 
-            mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
-                jnp.any(on_surface), initial_events, lambda a: a, (mode, control) + buffers
-            )
+            if cfg.through:
+                mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = (mode, control) + buffers
+            else:
+                mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+                    jnp.any(on_surface), initial_events, lambda a: a, (mode, control) + buffers
+                )
             armed = armed & (mode != ev.SLIDING)
             any_sliding = jnp.any(mode == ev.SLIDING)
 
@@ -223,6 +246,20 @@ def compiled(cfg: Config):
             interp = interpolant(s.t, t_next, dense)
             taus = s.t + h * jnp.arange(1, M) / M
             ys = jnp.concatenate([s.y[None], vmap(interp.evaluate)(taus), y1[None]])
+            common = dict(t_next=t_next, y1=y1, dense=dense, fsal1=fsal1, pid1=pid1, dt_new=dt_new, finite=finite)
+            if cfg.through:
+                # Crossings between samples of the dense solution, timed by linear
+                # interpolation of the pre-activation between the two samples.
+                p = vmap(lambda y: system.preacts(y, data))(ys)
+                pos = p > 0
+                flip = pos[:-1] != pos[1:]
+                t_s = jnp.concatenate([s.t[None], taus, t_next[None]])
+                frac = jnp.clip(p[:-1] / jnp.where(flip, p[:-1] - p[1:], 1.0), 0.0, 1.0)
+                return dict(
+                    common, keep=keep, has_event=jnp.zeros((), bool), lo=t_next, hi=t_next, armed=s.armed,
+                    flip=flip, t_cross=t_s[:-1, None] + (t_s[1:] - t_s[:-1])[:, None] * frac,
+                    dirs=jnp.where(pos[1:], 1, -1), mode_end=jnp.where(pos[-1], ev.ACTIVE, ev.INACTIVE).astype(s.mode.dtype),
+                )  # fmt: skip
             G = vmap(lambda y: system.guards(y, data, s.mode, s.control, any_sliding))(ys)
             G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
             # A unit that has not yet left the round-off band since its last event fires
@@ -237,9 +274,8 @@ def compiled(cfg: Config):
             lo = s.t + h * m / M
             hi = jnp.where(m == M - 1, t_next, s.t + h * (m + 1) / M)
             return dict(
-                t_next=t_next, y1=y1, dense=dense, fsal1=fsal1, keep=keep | s.forced, pid1=pid1, dt_new=dt_new,
-                finite=finite, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m], G_hi=G[m + 1],
-                shift=shift, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0),
+                common, keep=keep | s.forced, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m],
+                G_hi=G[m + 1], shift=shift, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0),
             )  # fmt: skip
 
         def member_locate(s, o, data, any_sliding):
@@ -285,10 +321,16 @@ def compiled(cfg: Config):
             return system.handle(y, data, mode, control, pending)
 
         def member_checks(y, mode, control, data, any_sliding):
-            slopes = system.slopes(y, data, mode, control, any_sliding)
-            gnorm = jnp.linalg.norm(system.field(y, data, slopes)) if cfg.use_gtol else jnp.inf
+            if not (cfg.use_gtol or cfg.use_dtol):
+                return jnp.inf, (system.loss(y, data) if cfg.use_ltol else jnp.inf), jnp.inf
+            f = system.field(y, data, slopes_of(y, data, mode, control, any_sliding))
             loss = system.loss(y, data) if cfg.use_ltol else jnp.inf
-            return gnorm, loss
+            # How fast the direction moves per unit of log‖θ‖: ‖d(θ/‖θ‖)/d log‖θ‖‖ =
+            # ‖f_⊥‖/(θ̂·f) = tan ∠(θ, f), infinite while ‖θ‖ does not grow.
+            radial = jnp.dot(y, f) / jnp.maximum(jnp.linalg.norm(y), 1e-300)
+            tangential = jnp.sqrt(jnp.maximum(jnp.dot(f, f) - radial**2, 0.0))
+            speed = jnp.where(radial > 0, tangential / jnp.where(radial > 0, radial, 1.0), jnp.inf)
+            return (jnp.linalg.norm(f) if cfg.use_gtol else jnp.inf), loss, (speed if cfg.use_dtol else jnp.inf)
 
         def step(s: _State):
             data = s.data
@@ -296,19 +338,34 @@ def compiled(cfg: Config):
             any_sliding = jnp.any((s.mode == ev.SLIDING) & running[:, None])
             o = vmap(member_step, in_axes=(0, 0, None))(s, data, any_sliding)
             has_event = o["has_event"] & running
-            t_e, new_pending = jax.lax.cond(
-                jnp.any(has_event),
-                lambda: vmap(member_locate, in_axes=(0, 0, 0, None))(s, o, data, any_sliding),
-                lambda: (o["hi"], jnp.zeros((L, P), bool)),
-            )
             accept = o["keep"] & ~has_event & o["finite"]
             forced_done = accept & s.forced
-            # Resolve the crossings at the end of forced steps.
-            mode, control, pending, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
-                jnp.any(forced_done & running),
-                lambda: _handle_all(vmap(member_handle)(o["y1"], s.mode, s.control, s.pending, data), forced_done, o["t_next"], s),
-                lambda: (s.mode, s.control, s.pending, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
-            )
+            if cfg.through:
+                t_e, new_pending = o["hi"], s.pending
+                done = accept & running
+                records = [
+                    (o["flip"][:, m] & done[:, None], jnp.full((L, P), int(ev.Kind.CROSS), jnp.int32), o["dirs"][:, m])
+                    for m in range(M)
+                ]  # fmt: skip
+                ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+                    jnp.any(o["flip"] & done[:, None, None]),
+                    lambda: _write(records, [o["t_cross"][:, m] for m in range(M)], s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
+                    lambda: (s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
+                )  # fmt: skip
+                mode = jnp.where(done[:, None], o["mode_end"], s.mode)
+                control, pending = s.control, s.pending
+            else:
+                t_e, new_pending = jax.lax.cond(
+                    jnp.any(has_event),
+                    lambda: vmap(member_locate, in_axes=(0, 0, 0, None))(s, o, data, any_sliding),
+                    lambda: (o["hi"], jnp.zeros((L, P), bool)),
+                )
+                # Resolve the crossings at the end of forced steps.
+                mode, control, pending, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+                    jnp.any(forced_done & running),
+                    lambda: _handle_all(vmap(member_handle)(o["y1"], s.mode, s.control, s.pending, data), forced_done, o["t_next"], s),
+                    lambda: (s.mode, s.control, s.pending, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
+                )  # fmt: skip
             changed = (pending != s.pending) | (mode != s.mode)
             armed = jnp.where(accept[:, None], o["armed"] & ~changed, s.armed)
             pending = jnp.where(has_event[:, None], new_pending, pending)
@@ -329,24 +386,25 @@ def compiled(cfg: Config):
             # Save requested times inside accepted steps.
             saved, save_i = _save(s, o, accept & running)
             # Stopping.
-            gnorm, loss = vmap(member_checks, in_axes=(0, 0, 0, 0, None))(y, mode, control, data, any_sliding)
+            gnorm, loss, speed = vmap(member_checks, in_axes=(0, 0, 0, 0, None))(y, mode, control, data, any_sliding)
             n_iter = s.n_iter + 1
             step_collapsed = ~o["keep"] & (o["dt_new"] <= 1e-14 * jnp.maximum(jnp.abs(s.t), 1.0))
             status = jnp.select(
                 [
                     step_collapsed & ~o["finite"],
                     ~jnp.isfinite(dt),
-                    n_ev > E,
+                    (n_ev > E) & (not cfg.through),
                     jnp.sum(mode == ev.SLIDING, axis=1) > cfg.max_sliding,
                     accept & ~forced & (t >= t1),
                     accept & ~forced & (gnorm < gtol),
                     accept & ~forced & (loss < ltol),
+                    accept & ~forced & (speed < dtol),
                     step_collapsed,
                     n_iter >= max_steps,
                 ],
                 [
                     Status.NONFINITE, Status.NONFINITE, Status.MAX_EVENTS, Status.SLIDING_LIMIT, Status.REACHED_T1,
-                    Status.CONVERGED, Status.LOSS_BELOW, Status.STEP_SIZE, Status.MAX_STEPS,
+                    Status.CONVERGED, Status.LOSS_BELOW, Status.DIRECTION_SETTLED, Status.STEP_SIZE, Status.MAX_STEPS,
                 ],
                 Status.RUNNING,
             ).astype(jnp.int32)  # fmt: skip
@@ -399,22 +457,28 @@ def compiled(cfg: Config):
         carry = (state, out, jnp.minimum(jnp.int32(L), N))
         _, out, _ = jax.lax.while_loop(lambda c: jnp.any(c[0].status == Status.RUNNING), body, carry)
         data = (X, Y, wd)
-        gnorm = vmap(lambda y, mode, data: jnp.linalg.norm(
-            system.field(y, data, system.equivalent_control(y, data, mode, jnp.zeros(P))[0])
-        ))(out["y"], out["mode"], data)  # fmt: skip
+        if cfg.through:
+            final_slopes = lambda y, data, mode: slopes_of(y, data, mode, None, False)
+        else:
+            final_slopes = lambda y, data, mode: system.equivalent_control(y, data, mode, jnp.zeros(P))[0]
+        gnorm = vmap(lambda y, mode, data: jnp.linalg.norm(system.field(y, data, final_slopes(y, data, mode))))(
+            out["y"], out["mode"], data
+        )
         loss = vmap(system.loss)(out["y"], data)
         return out, loss, gnorm
 
     def _write(records, t_event, ev_t, ev_k, ev_kind, ev_dir, n_ev):
-        """Append each record set (in flat index order) to the event buffers."""
+        """Append each record set (in flat index order) to the event buffers; ``t_event``
+        is one time per lane, or one ``(L, P)`` array of times per record set."""
         Bn = ev_t.shape[0]
         rows = jnp.arange(Bn)[:, None]
-        for mask, kind, direction in records:
+        times = t_event if isinstance(t_event, list) else [t_event[:, None]] * len(records)
+        for (mask, kind, direction), t_event in zip(records, times):
             pos = n_ev[:, None] + jnp.cumsum(mask, axis=1, dtype=jnp.int32) - 1
             ok = mask & (pos < E)
             pos = jnp.where(ok, pos, E)  # out of range: dropped
             k = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32), mask.shape)
-            ev_t = ev_t.at[rows, pos].set(jnp.broadcast_to(t_event[:, None], mask.shape), mode="drop")
+            ev_t = ev_t.at[rows, pos].set(jnp.broadcast_to(t_event, mask.shape), mode="drop")
             ev_k = ev_k.at[rows, pos].set(k, mode="drop")
             ev_kind = ev_kind.at[rows, pos].set(kind, mode="drop")
             ev_dir = ev_dir.at[rows, pos].set(direction, mode="drop")

@@ -24,6 +24,7 @@ class Status(enum.IntEnum):
     NONFINITE = 6
     STEP_SIZE = 7
     SLIDING_LIMIT = 8
+    DIRECTION_SETTLED = 9
 
     @property
     def message(self) -> str:
@@ -31,7 +32,7 @@ class Status(enum.IntEnum):
 
     @property
     def success(self) -> bool:
-        return self in (Status.REACHED_T1, Status.CONVERGED, Status.LOSS_BELOW)
+        return self in (Status.REACHED_T1, Status.CONVERGED, Status.LOSS_BELOW, Status.DIRECTION_SETTLED)
 
 
 _MESSAGES = {
@@ -44,6 +45,7 @@ _MESSAGES = {
     Status.NONFINITE: "the state or the field became non-finite (inf/NaN); the last finite state is kept",
     Status.STEP_SIZE: "the step size collapsed to round-off (no progress in t)",
     Status.SLIDING_LIMIT: "more units slide at once than max_sliding allows; raise max_sliding",
+    Status.DIRECTION_SETTLED: "the direction θ/‖θ‖ has settled: tan ∠(θ, dθ/dt) fell below dtol",
 }
 
 

@@ -29,6 +29,7 @@ def simulate(
     saveat=None,
     gtol=None,
     ltol=None,
+    dtol=None,
     solver="dopri8",
     max_steps=100_000,
     max_events=None,
@@ -36,6 +37,7 @@ def simulate(
     event_samples=8,
     pcoeff=0.2,
     icoeff=0.4,
+    events="stop",
     throw=True,
 ) -> Solution:
     """Integrate the gradient flow ``dθ/dt = −∇L(θ)`` of a bias-free ReLU network exactly.
@@ -53,13 +55,25 @@ def simulate(
             labels of shape ``(n,)`` (or ``(n, 1)``) with ``d_k = 1``.
         loss: ``"square"`` (``½Σ‖N(x_i) − y_i‖²``), ``"mse"``, ``"exponential"``,
             ``"logistic"``.
-        t1: final time (> 0; ``inf`` allowed with ``gtol`` or ``ltol``).
+        t1: final time (> 0; ``inf`` allowed with ``gtol``, ``ltol`` or ``dtol``).
         rtol, atol: tolerances of the step controller.
         weight_decay: ``λ ≥ 0``; the flow is that of ``L + (λ/2)‖θ‖²``.
         saveat: optional increasing times in ``[0, t1]`` at which to save parameters.
         gtol: stop (status ``CONVERGED``) once ``‖∇L‖ < gtol`` after a step.
         ltol: stop (status ``LOSS_BELOW``) once the loss is below ``ltol``.
-        solver: ``"dopri8"`` (default), ``"dopri5"`` or ``"tsit5"`` (Diffrax solvers).
+        dtol: stop (status ``DIRECTION_SETTLED``) once the direction ``θ/‖θ‖`` moves
+            by less than ``dtol`` per unit of ``log‖θ‖``: ``tan ∠(θ, θ̇) < dtol`` (the
+            velocity's component across ``θ`` over its component along ``θ``; never
+            while ``‖θ‖`` shrinks). For exponential and logistic losses, whose weights
+            grow like ``log t`` while the direction converges and aligns with ``−∇L``
+            (SPEC §5).
+        solver: ``"dopri8"`` (default), ``"dopri5"`` or ``"tsit5"`` (explicit Diffrax
+            Runge–Kutta solvers), or ``"kvaerno5"`` (implicit, L-stable; its chord
+            iterations stop at ``rtol``/``atol``). Use the implicit one for stiff flows,
+            such as the approach to a stationary point under weight decay, where an
+            explicit solver's step is capped by stability at ~``1/‖∇²L‖`` while the flow
+            needs time ~``1/λ``. Its dense output is a cubic Hermite interpolant, so kinks
+            inside a step are located on a lower-order interpolant than with ``dopri8``.
         max_steps: iteration budget (steps, rejected steps and events).
         max_events: event budget (default ``64 + 16·P``, ``P`` = number of pre-activations).
         max_sliding: most units that may slide at once (default ``min(P, 8)``).
@@ -68,6 +82,17 @@ def simulate(
             comes back inside one step is still caught unless both crossings fall
             between two samples.
         pcoeff, icoeff: PID coefficients.
+        events: ``"stop"`` (default): stop at every kink and resolve it exactly.
+            ``"through"``: integrate through kinks with the plain ReLU gradient
+            (``σ'(0) = 0``) and let the step controller absorb them; crossings are still
+            recorded (kind ``CROSS``), located by linear interpolation between
+            ``event_samples`` points of each step's dense solution. Cheaper for large
+            networks, but no Filippov sliding (a unit that should slide chatters around
+            its surface at the tolerance scale, every chatter recorded) and the error
+            at each kink is the controller's, not the root finder's; see
+            ``benchmarks/through.py`` for what it costs in accuracy. The event budget
+            does not stop this mode: ``crossings`` keeps the first ``max_events``,
+            ``stats["num_events"]`` counts all.
         throw: raise ``RuntimeError`` when the status is not a success.
 
     Returns:
@@ -82,8 +107,9 @@ def simulate(
     X, Y = _as_data(X, Y, loss, batched=False)
     sol = simulate_batch(
         [W[None] for W in params], X, Y, loss=loss, t1=t1, rtol=rtol, atol=atol, weight_decay=weight_decay,
-        saveat=saveat, gtol=gtol, ltol=ltol, solver=solver, max_steps=max_steps, max_events=max_events,
-        max_sliding=max_sliding, event_samples=event_samples, pcoeff=pcoeff, icoeff=icoeff, lanes=1, devices=1,
+        saveat=saveat, gtol=gtol, ltol=ltol, dtol=dtol, solver=solver, max_steps=max_steps, max_events=max_events,
+        max_sliding=max_sliding, event_samples=event_samples, pcoeff=pcoeff, icoeff=icoeff, events=events, lanes=1,
+        devices=1,
         throw=False,
     )[0]  # fmt: skip
     if throw and not sol.status.success:
@@ -104,6 +130,7 @@ def simulate_batch(
     saveat=None,
     gtol=None,
     ltol=None,
+    dtol=None,
     solver="dopri8",
     max_steps=100_000,
     max_events=None,
@@ -111,6 +138,7 @@ def simulate_batch(
     event_samples=8,
     pcoeff=0.2,
     icoeff=0.4,
+    events="stop",
     lanes=64,
     devices=None,
     throw=False,
@@ -146,7 +174,7 @@ def simulate_batch(
         raise ValueError(f"loss: expected one of {sorted(LOSSES)}, got {loss!r}")
     if solver not in _SOLVERS:
         raise ValueError(f"solver: expected one of {sorted(_SOLVERS)}, got {solver!r}")
-    t1 = _positive("t1", t1, allow_inf=gtol is not None or ltol is not None)
+    t1 = _positive("t1", t1, allow_inf=gtol is not None or ltol is not None or dtol is not None)
     rtol = _positive("rtol", rtol)
     atol = _positive("atol", atol)
     if rtol >= 1:
@@ -155,6 +183,9 @@ def simulate_batch(
     if wd.shape != (B,) or not np.all(np.isfinite(wd)) or np.any(wd < 0):
         raise ValueError(f"weight_decay: expected a finite float >= 0 or {B} of them, got {weight_decay!r}")
     gtol_v = np.inf if gtol is None else _positive("gtol", gtol)
+    dtol_v = np.inf if dtol is None else _positive("dtol", dtol)
+    if events not in ("stop", "through"):
+        raise ValueError(f"events: expected 'stop' or 'through', got {events!r}")
     ltol_v = np.inf if ltol is None else _positive("ltol", ltol)
     ts = np.zeros(0) if saveat is None else np.asarray(saveat, dtype=np.float64).reshape(-1)
     if ts.size and (not np.all(np.isfinite(ts)) or ts[0] < 0 or ts[-1] > t1 or np.any(np.diff(ts) <= 0)):
@@ -173,13 +204,14 @@ def simulate_batch(
         loss=loss, solver=solver, shapes=tuple(tuple(W.shape[1:]) for W in params), n=n,
         max_events=max_events, max_sliding=min(max_sliding, P),
         event_samples=max(_count("event_samples", event_samples), 1), n_save=len(ts),
-        use_gtol=gtol is not None, use_ltol=ltol is not None, pcoeff=float(pcoeff), icoeff=float(icoeff),
+        use_gtol=gtol is not None, use_ltol=ltol is not None, use_dtol=dtol is not None, through=events == "through",
+        pcoeff=float(pcoeff), icoeff=float(icoeff),
         lanes=_bucket(min(per, _count("lanes", lanes))),
     )  # fmt: skip
     max_steps = _count("max_steps", max_steps)
     pad = per * D - B
     y0, X, Y, wd = (np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) for a in (ravel(params), X, Y, wd))
-    scalars = (t1, rtol, atol, gtol_v, ltol_v, ts, max_steps)
+    scalars = (t1, rtol, atol, gtol_v, ltol_v, dtol_v, ts, max_steps)
     if D == 1:
         run, _ = compiled(cfg)
         with jax.default_device(devices[0]):
@@ -199,7 +231,7 @@ def simulate_batch(
 def _sharded(cfg, devices):
     """The batch integrator mapped over devices: one shard of trajectories per device."""
     run, _ = compiled(cfg)
-    return jax.pmap(run, in_axes=(0, 0, 0, 0) + (None,) * 7, devices=list(devices))
+    return jax.pmap(run, in_axes=(0, 0, 0, 0) + (None,) * 8, devices=list(devices))
 
 
 def _devices(devices):
@@ -345,7 +377,7 @@ def _positive(name, value, allow_inf=False):
     except (TypeError, ValueError):
         raise ValueError(f"{name}: expected a positive float, got {value!r}") from None
     if not (v > 0) or (math.isinf(v) and not allow_inf):
-        extra = " (inf only with gtol or ltol)" if name == "t1" else ""
+        extra = " (inf only with gtol, ltol or dtol)" if name == "t1" else ""
         raise ValueError(f"{name}: expected a finite positive float{extra}, got {value!r}")
     return v
 

@@ -1,0 +1,162 @@
+"""Tests of gflow.experiments_deep (Theorems 4 and 5), ``gflow reproduce thm4|thm5`` and
+``notebooks/deep_rank.ipynb``.
+
+Checks recompute what the experiments report from the saved weights with NumPy (SVD,
+forward pass, invariants), the teacher's ``B`` from its layers, and the bounds from their
+closed forms. Sizes are tiny: depth 2 and 3 students of width 3 on 6 points.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gflow import Status, experiments, theory
+from gflow import experiments_deep as deep
+from gflow.cli import app
+from gflow.reference import balance_invariants
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "deep_rank.ipynb"
+SMALL = dict(depths=(2, 3), width=3, runs=2, widths=(3,), sweep_depth=3, n_points=6)
+_RUN_NOTEBOOK = """
+import sys, time, nbformat
+from nbclient import NotebookClient
+nb = nbformat.read(sys.argv[1], as_version=4)
+start = time.perf_counter()
+NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
+print(f"notebook executed in {time.perf_counter() - start:.1f} s")
+"""
+
+
+@pytest.fixture(scope="module")
+def notebook(tmp_path_factory):
+    """The notebook executing in a subprocess while the other tests run."""
+    cwd = tmp_path_factory.mktemp("deep_notebook")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RUN_NOTEBOOK, str(NOTEBOOK), str(cwd)],
+        cwd=cwd, env=dict(os.environ, MPLBACKEND="Agg"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def test_notebook_started(notebook):
+    assert notebook.poll() in (None, 0)
+
+
+@pytest.fixture(scope="module")
+def thm5_result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("thm5")
+    return deep.thm5(**SMALL, t1=1e4, out=out), out
+
+
+def _forward(params, X):
+    h = X
+    for W in params[:-1]:
+        h = np.maximum(h @ W.T, 0.0)
+    return h @ params[-1].T
+
+
+def _check_measures(a, X, b, stage=None):
+    """Recompute run ``b``'s reported measures from its saved weights."""
+    depth, width = int(a["depth"][b]), int(a["width"][b])
+    params = deep.unflatten(a["theta"][b], depth, width)
+    sv = [np.linalg.svd(W, compute_uv=False) for W in params]
+    r = np.array([s[0] / np.sqrt(np.sum(s**2)) for s in sv])
+    pick = (lambda v: v[b]) if stage is None else (lambda v: v[b, stage])
+    assert np.allclose(a["ratios"][b, :depth], r, rtol=1e-12) and np.all(np.isnan(a["ratios"][b, depth:]))
+    assert np.isclose(pick(a["mean_r"]), r.mean(), rtol=1e-12)
+    assert np.isclose(pick(a["harmonic"]), 1 / r.mean(), rtol=1e-12)
+    norm_sq = sum(np.sum(W**2) for W in params)
+    assert np.isclose(pick(a["norm_sq"]), norm_sq, rtol=1e-12)
+    reach = np.max(np.abs(_forward(params, X)))
+    assert np.isclose(pick(a["chain_bound"]), reach ** (1 / depth) * np.sqrt(depth / norm_sq), rtol=1e-10)
+    # The chain of the proofs holds for any net: the average is at least the chain bound.
+    assert pick(a["mean_r"]) >= pick(a["chain_bound"]) * (1 - 1e-12)
+    return params
+
+
+def test_thm5_measures_bounds_and_resume(thm5_result):
+    result, out = thm5_result
+    a, X, Y = result["arrays"], result["teacher"]["X"], np.asarray(result["teacher"]["Y"])[:, 0]
+    assert len(a["depth"]) == 4 and set(a["depth"].tolist()) == {2, 3}
+    teacher = theory.teacher_data(jax.random.PRNGKey(0), 6, (4, 3, 1), theorem=5, gap=0.1)
+    B = np.prod([np.linalg.norm(W) for W in teacher.params]) ** (1 / 2)
+    assert np.isclose(result["teacher"]["B"], B, rtol=1e-12)
+    for b in range(4):
+        params = _check_measures(a, X, b)
+        norm = np.sqrt(sum(np.sum(W**2) for W in params))
+        margin = np.min(Y * _forward(params, X)[:, 0]) / norm ** len(params)
+        assert np.isclose(a["margin"][b], margin, rtol=1e-10, atol=1e-300)
+        kp = len(params)
+        if kp > 2:
+            assert np.isclose(a["bound"][b], np.sqrt(kp / (2 * (kp + 1))) * (np.sqrt(2) / B) ** (2 / kp), rtol=1e-12)
+        assert a["drift"][b] <= 1e-8  # SPEC §3 over [0, 1e4]
+        assert np.all(np.diff(a["norm_t"][b][np.isfinite(a["norm_t"][b])][3:]) > 0)  # ‖θ‖ grows
+    # A rerun on the same folder reuses every chunk and gives the same arrays.
+    again = deep.thm5(**SMALL, t1=1e4, out=out)
+    assert again["record"]["chunks"]["computed"] == 0
+    assert all(np.array_equal(a[k], again["arrays"][k], equal_nan=True) for k in a)
+    loaded = experiments.load(out)
+    assert loaded["teacher"]["B"] == result["teacher"]["B"] and len(loaded["ts"]) == 33
+    paths = deep.save_figures(loaded, out / "figures")
+    assert [p.name for p in paths] == ["thm5_depth.png", "thm5_spectra.png", "thm5_time.png"]
+
+
+def test_thm4_reaches_balanced_stationary_points(tmp_path):
+    """At a stationary point of L + (λ/2)‖θ‖² every neuron is balanced (SPEC §3: the
+    invariants decay like e^{−2λt}): checked on the saved weights."""
+    result = deep.thm4(**SMALL, lambdas=(1e-2,), gtol=1e-8, out=tmp_path)
+    a, X = result["arrays"], result["teacher"]["X"]
+    assert np.all(a["status"][:, -1] == int(Status.CONVERGED))
+    for b in range(len(a["depth"])):
+        params = _check_measures(a, X, b, stage=-1)
+        q = balance_invariants(params)
+        assert np.max(np.abs(q)) <= 1e-6 * sum(np.sum(W**2) for W in params)
+        kp = len(params)
+        if kp > 2:
+            assert np.isclose(a["bound"][b], result["teacher"]["B"] ** (-2 / kp), rtol=1e-12)
+    assert result["summary"][0]["holds"]
+
+
+def test_cli_reproduce_thm5(tmp_path, thm5_result):
+    runner = CliRunner()
+    args = ["reproduce", "thm5", "--depth", "2", "--depth", "3", "--width", "3", "--runs", "2", "--sweep-width", "3",
+            "--sweep-depth", "3", "--points", "6", "--t1", "1e4", "--out", str(tmp_path), "--no-figures"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "thm5: measured vs the paper" in res.output and (tmp_path / "record.json").exists()
+    mine = experiments.load(tmp_path)["arrays"]
+    assert np.array_equal(mine["mean_r"], thm5_result[0]["arrays"]["mean_r"])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(depths=(1,)), "depths"),
+        (dict(depths=()), "depths"),
+        (dict(width=0), "width"),
+        (dict(lambdas=(1e-3, 1e-2)), "lambdas"),
+        (dict(lambdas=(-1.0,)), "lambdas"),
+    ],
+)
+def test_bad_input_names_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        deep.thm4(**{**SMALL, **kwargs})
+
+
+def test_notebook_runs(notebook):
+    try:
+        output, _ = notebook.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        notebook.kill()
+        pytest.fail("notebooks/deep_rank.ipynb did not finish within 600 s")
+    assert notebook.returncode == 0, output[-4000:]
+    assert "notebook executed" in output
