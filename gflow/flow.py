@@ -12,6 +12,12 @@ that is still running either
 - takes that forced step to the crossing and resolves the crossing there
   (:meth:`gflow.events.System.handle`): transversal, sliding (Filippov), touch.
 
+With ``events="through"`` (``Config.through``) the field takes its slopes from the sign
+of each pre-activation at the point of evaluation (plain ReLU autodiff, ``σ'(0) = 0``),
+no step stops at a kink, and sign changes between the dense samples are recorded as
+crossings, timed by linear interpolation between samples. With ``solver="kvaerno5"``
+the step is implicit (for stiff stretches, such as weight decay near a stationary point).
+
 So the batch costs as many iterations as its longest member needs steps plus events,
 not the sum over event segments of per-segment maxima. The expensive branches (root
 finding, event handling, equivalent controls, saving) run under ``lax.cond`` on a
@@ -136,7 +142,9 @@ def compiled(cfg: Config):
         if cfg.solver in _IMPLICIT:
             # The implicit stages' Newton (chord) iterations stop at the step tolerances.
             solver = eqx.tree_at(
-                lambda s: (s.root_finder.rtol, s.root_finder.atol, s.root_finder.norm), solver, (rtol, atol, optx.rms_norm)
+                lambda s: (s.root_finder.rtol, s.root_finder.atol, s.root_finder.norm),
+                solver,
+                (rtol, atol, optx.rms_norm),
             )
         controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
         vmap = jax.vmap
@@ -312,9 +320,7 @@ def compiled(cfg: Config):
                     jnp.where(right, g, g_hi), jnp.where(right, 1, -1), it + 1,
                 )  # fmt: skip
 
-            lo, hi, _, _, g_hi, _, _ = jax.lax.while_loop(
-                cond, body, (o["lo"], o["hi"], f_lo, f_hi, o["G_hi"], 0, 0)
-            )
+            lo, hi, _, _, g_hi, _, _ = jax.lax.while_loop(cond, body, (o["lo"], o["hi"], f_lo, f_hi, o["G_hi"], 0, 0))
             return hi, o["cand"] & (g_hi <= 0)
 
         def member_handle(y, mode, control, pending, data):
@@ -378,9 +384,14 @@ def compiled(cfg: Config):
             )  # fmt: skip
             dt_resume = jnp.where(has_event, jnp.where(o["keep"], o["dt_new"], s.dt), s.dt_resume)
             pid = jax.tree.map(
-                lambda new, old, r: jnp.where(forced_done, r, jnp.where(has_event, old, new)), o["pid1"], s.pid, pid_reset
+                lambda new, old, r: jnp.where(forced_done, r, jnp.where(has_event, old, new)),
+                o["pid1"],
+                s.pid,
+                pid_reset,
             )
-            fsal = jax.tree.map(lambda new, old: jnp.where(_bcast(accept & ~s.forced, new), new, old), o["fsal1"], s.fsal)
+            fsal = jax.tree.map(
+                lambda new, old: jnp.where(_bcast(accept & ~s.forced, new), new, old), o["fsal1"], s.fsal
+            )
             made_jump = jnp.where(forced_done, True, jnp.where(accept, False, s.made_jump))
             forced = has_event | more
             # Save requested times inside accepted steps.

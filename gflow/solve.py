@@ -179,7 +179,11 @@ def simulate_batch(
     atol = _positive("atol", atol)
     if rtol >= 1:
         raise ValueError(f"rtol: expected a value in (0, 1), got {rtol!r}")
-    wd = np.broadcast_to(np.asarray(weight_decay, dtype=np.float64), (B,)) if np.ndim(weight_decay) == 0 else np.asarray(weight_decay, np.float64)
+    wd = (
+        np.broadcast_to(np.asarray(weight_decay, dtype=np.float64), (B,))
+        if np.ndim(weight_decay) == 0
+        else np.asarray(weight_decay, np.float64)
+    )
     if wd.shape != (B,) or not np.all(np.isfinite(wd)) or np.any(wd < 0):
         raise ValueError(f"weight_decay: expected a finite float >= 0 or {B} of them, got {weight_decay!r}")
     gtol_v = np.inf if gtol is None else _positive("gtol", gtol)
@@ -219,7 +223,9 @@ def simulate_batch(
     else:
         shard = lambda a: a.reshape((D, per) + a.shape[1:])  # noqa: E731
         out, loss_v, gnorm = _sharded(cfg, tuple(devices))(shard(y0), shard(X), shard(Y), shard(wd), *scalars)
-        out, loss_v, gnorm = jax.tree.map(lambda a: np.asarray(a).reshape((D * per,) + a.shape[2:]), (out, loss_v, gnorm))
+        out, loss_v, gnorm = jax.tree.map(
+            lambda a: np.asarray(a).reshape((D * per,) + a.shape[2:]), (out, loss_v, gnorm)
+        )
     out, loss_v, gnorm = jax.tree.map(lambda a: np.asarray(a)[:B], (out, loss_v, gnorm))
     sol = _to_solution(out, loss_v, gnorm, params, ts, n, hidden)
     if throw and not all(Status(int(s)).success for s in sol.status):
@@ -317,7 +323,9 @@ def _as_params(params, batched):
         A = np.asarray(W)
         if A.ndim != ndim or not np.issubdtype(A.dtype, np.number) or np.iscomplexobj(A):
             what = "(B, d_l, d_{l-1})" if batched else "(d_l, d_{l-1})"
-            raise ValueError(f"params[{ell}]: expected a real array of shape {what}, got shape {A.shape} dtype {A.dtype}")
+            raise ValueError(
+                f"params[{ell}]: expected a real array of shape {what}, got shape {A.shape} dtype {A.dtype}"
+            )
         if not np.all(np.isfinite(A)):
             raise ValueError(f"params[{ell}]: expected finite values, got {np.sum(~np.isfinite(A))} non-finite entries")
         out.append(A.astype(np.float64))
@@ -337,7 +345,9 @@ def _as_data(X, Y, loss, batched, B=None):
     Y = np.asarray(Y)
     shared = X.ndim == 2
     if not (X.ndim == 2 or (batched and X.ndim == 3)) or not np.issubdtype(X.dtype, np.number):
-        raise ValueError(f"X: expected a real array of shape (n, d_in){' or (B, n, d_in)' if batched else ''}, got shape {X.shape}")
+        raise ValueError(
+            f"X: expected a real array of shape (n, d_in){' or (B, n, d_in)' if batched else ''}, got shape {X.shape}"
+        )
     if not np.all(np.isfinite(X)):
         raise ValueError(f"X: expected finite values, got {np.sum(~np.isfinite(X))} non-finite entries")
     if loss in CLASSIFICATION:
@@ -349,7 +359,9 @@ def _as_data(X, Y, loss, batched, B=None):
             raise ValueError(f"Y: expected labels in {{-1, +1}} for loss={loss!r}, got values {np.unique(Y)[:6]}")
     else:
         if Y.ndim != X.ndim or Y.shape[:-1] != X.shape[:-1]:
-            raise ValueError(f"Y: expected shape {X.shape[:-1] + ('d_out',)} (one target per row of X), got shape {Y.shape}")
+            raise ValueError(
+                f"Y: expected shape {X.shape[:-1] + ('d_out',)} (one target per row of X), got shape {Y.shape}"
+            )
         if not np.all(np.isfinite(Y)):
             raise ValueError(f"Y: expected finite values, got {np.sum(~np.isfinite(Y))} non-finite entries")
     X = X.astype(np.float64)
@@ -359,7 +371,9 @@ def _as_data(X, Y, loss, batched, B=None):
             X = np.broadcast_to(X, (B,) + X.shape)
             Y = np.broadcast_to(Y, (B,) + Y.shape)
         elif X.shape[0] != B or Y.shape[0] != B:
-            raise ValueError(f"X, Y: expected a leading batch axis of size {B} (as params), got {X.shape[0]} and {Y.shape[0]}")
+            raise ValueError(
+                f"X, Y: expected a leading batch axis of size {B} (as params), got {X.shape[0]} and {Y.shape[0]}"
+            )
     return X, Y
 
 
