@@ -36,6 +36,7 @@ non-positive inside a step.
 from __future__ import annotations
 
 import enum
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -114,20 +115,23 @@ class System:
         return jnp.where(mode == ACTIVE, 1.0, jnp.where(mode == SLIDING, control, 0.0))
 
     # -- equivalent control -----------------------------------------------------------------
-    def sliding_slots(self, mode):
-        idx = jnp.nonzero(mode == SLIDING, size=self.K, fill_value=self.P)[0]
+    def sliding_slots(self, mode, slots=None):
+        idx = jnp.nonzero(mode == SLIDING, size=slots or self.K, fill_value=self.P)[0]
         return idx, idx < self.P
 
-    def equivalent_control(self, y, data, mode, warm):
+    def equivalent_control(self, y, data, mode, warm, slots=None):
         """Slopes with every sliding unit's control solved so that all sliding ``ṗ = 0``.
 
         Returns ``(slopes, control)``, both ``(P,)``; ``control`` holds the solved values
         at sliding units and ``warm`` elsewhere. The rates are multilinear in the controls:
         for depth 2 they are affine and solved in closed form from one backward pass
         (:meth:`_control_depth2`); deeper networks use Newton's method from ``warm``.
+        ``slots`` (default ``K``) is how many sliding units the solve makes room for: the
+        cost grows with it, and the result is the same for any ``slots`` not below the
+        number of sliding units.
         """
         P = self.P
-        idx, valid = self.sliding_slots(mode)
+        idx, valid = self.sliding_slots(mode, slots)
         base = self.base_slopes(mode, jnp.zeros_like(warm))
 
         def scatter(cK):
@@ -143,12 +147,18 @@ class System:
                 return r, r
 
             c = jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
-            for _ in range(3):
+
+            def newton(_, c):  # three steps, in a loop: one copy to compile, not three
                 J, r = jax.jacfwd(residual, has_aux=True)(c)
                 # Levenberg–Marquardt damping keeps the step finite where a control has
                 # (almost) no effect on the rates, e.g. a unit disconnected downstream.
-                mu = 1e-14 * jnp.maximum(jnp.max(jnp.abs(J)), 1e-300)
-                c = c - _solve_small(J.T @ J + mu * jnp.eye(self.K), J.T @ r)
+                # Unused slots have identity rows, so its scale is at least 1 whenever
+                # fewer than K units slide, whatever ``slots``.
+                floor = jnp.where(jnp.sum(mode == SLIDING) < self.K, 1.0, 1e-300)
+                mu = 1e-14 * jnp.maximum(jnp.max(jnp.abs(J)), floor)
+                return c - _solve_small(J.T @ J + mu * jnp.eye(idx.shape[0]), J.T @ r)
+
+            c = jax.lax.fori_loop(0, 3, newton, c)
         control = jnp.append(warm, 0.0).at[idx].set(jnp.where(valid, c, 0.0))[:P]
         return scatter(c), control
 
@@ -166,31 +176,75 @@ class System:
         gram = X @ X.T
         pdot0 = -((S * beta.T) @ gram) - wd * pre.T  # [neuron, point]
         j, i = idx // n, idx % n
-        A = (j[:, None] == j[None, :]) * beta[i[None, :], jnp.minimum(j, d1 - 1)[:, None]] * gram[i[None, :], i[:, None]]
+        A = (
+            (j[:, None] == j[None, :])
+            * beta[i[None, :], jnp.minimum(j, d1 - 1)[:, None]]
+            * gram[i[None, :], i[:, None]]
+        )
         both = valid[:, None] & valid[None, :]
-        A = jnp.where(both, A, jnp.eye(self.K))
+        A = jnp.where(both, A, jnp.eye(idx.shape[0]))
         rhs = jnp.where(valid, jnp.append(pdot0.reshape(-1), 0.0)[idx], 0.0)
         return _solve_small(A, rhs)
 
-    def slopes(self, y, data, mode, control, any_sliding):
-        """Slopes for the current modes; solves the sliding controls only when
-        ``any_sliding`` (a batch-wide flag, so that this stays a real branch under vmap)."""
-        return jax.lax.cond(
-            any_sliding,
-            lambda: self.equivalent_control(y, data, mode, control)[0],
-            lambda: self.base_slopes(mode, control),
-        )
+    def _single_control(self, y, data, mode, warm):
+        """:meth:`equivalent_control` when at most one unit slides (deeper networks), at the
+        cost of two field evaluations rather than three Jacobians. Its rate is affine in its
+        own control ``c``
+        (no pre-activation depends on it, and the rate's gradient only on the slopes of
+        lower layers): ``r(c) = a₋ + c·(a₊ − a₋)`` from the two one-sided rates. The same
+        damped Newton iteration as :meth:`equivalent_control` is then run on this scalar
+        affine residual (the damping there is at least ``1e-14``, set by the identity rows of
+        the unused slots), so both give the same control."""
+        k = jnp.argmax(mode == SLIDING)
+        sliding = mode[k] == SLIDING
+        base = self.base_slopes(mode, jnp.zeros_like(warm))
 
-    def guards(self, y, data, mode, control, any_sliding):
+        def rate(value):
+            _, pdot = self.field_and_rates(y, data, base.at[k].set(value))
+            return pdot[k]
+
+        a_plus, a_minus = jax.vmap(rate)(jnp.array([1.0, 0.0]))
+        J = a_plus - a_minus
+        mu = 1e-14 * jnp.maximum(jnp.abs(J), 1.0 if self.K > 1 else 1e-300)
+        c = warm[k]
+        for _ in range(3):
+            c = c - J * (a_minus + c * J) / (J * J + mu)
+        c = jnp.where(sliding, c, warm[k])
+        return jnp.where(sliding, base.at[k].set(c), base), warm.at[k].set(c)
+
+    def _controls(self, y, data, mode, control, n_sliding):
+        """``(slopes, control)`` for the current modes by the cheapest exact route.
+
+        ``n_sliding`` is batch-wide: the most units sliding in any member (a bool means
+        "some, any number"), so that the choice stays a real branch under vmap. Nothing
+        slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1, 2
+        or ``K`` sliding units, the fewest that fit (its cost grows with the room); in
+        deeper networks one sliding unit takes :meth:`_single_control`.
+        """
+        sizes = sorted({1, min(2, self.K), self.K})
+        routes = [lambda: (self.base_slopes(mode, control), control)]
+        for size in sizes:
+            if size == 1 and len(self.hidden_widths) > 1:
+                routes.append(lambda: self._single_control(y, data, mode, control))
+            else:
+                routes.append(functools.partial(self.equivalent_control, y, data, mode, control, size))
+        if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_):
+            index = jnp.where(n_sliding, len(sizes), 0)
+        else:
+            index = jnp.where(n_sliding > 0, 1 + jnp.searchsorted(jnp.array(sizes), n_sliding), 0)
+        return jax.lax.switch(jnp.minimum(index, len(sizes)), routes)
+
+    def slopes(self, y, data, mode, control, n_sliding):
+        """Slopes for the current modes; solves the sliding controls only when
+        ``n_sliding > 0`` (see :meth:`_controls`)."""
+        return self._controls(y, data, mode, control, n_sliding)[0]
+
+    def guards(self, y, data, mode, control, n_sliding):
         """The event guard of every unit (positive while its mode is valid), ``(P,)``."""
         p = self.preacts(y, data, self.base_slopes(mode, control))
         g = jnp.where(mode == ACTIVE, p, -p)
-
-        def with_sliding():
-            _, c = self.equivalent_control(y, data, mode, control)
-            return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g)
-
-        return jax.lax.cond(any_sliding, with_sliding, lambda: g)
+        _, c = self._controls(y, data, mode, control, n_sliding)
+        return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g)
 
     # -- events -----------------------------------------------------------------------------
     def handle(self, y, data, mode, control, pending, initial=False):
@@ -244,7 +298,9 @@ class System:
             down = was_active & ~stay & ~slide
             rise = ~was_active & ~stay & ~slide
             repel = stay & jnp.where(was_active, minus_neg, plus_pos)
-        new_mode_q = jnp.where(slide, SLIDING, jnp.where(down, INACTIVE, jnp.where(rise, ACTIVE, jnp.append(mode, 0)[idx])))
+        new_mode_q = jnp.where(
+            slide, SLIDING, jnp.where(down, INACTIVE, jnp.where(rise, ACTIVE, jnp.append(mode, 0)[idx]))
+        )
         kind_q = jnp.where(
             slide, Kind.SLIDE_START, jnp.where(down | rise, Kind.CROSS, jnp.where(repel, Kind.REPEL, Kind.TOUCH))
         )

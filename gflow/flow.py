@@ -124,14 +124,14 @@ def compiled(cfg: Config):
         # Kinks are not stopped at: the slopes are the ReLU derivatives at the state itself
         # (σ'(0) = 0), so the field is the plain autodiff gradient and the step controller
         # absorbs the kinks; crossings are read off the dense solution afterwards.
-        def slopes_of(y, data, mode, control, any_sliding):
+        def slopes_of(y, data, mode, control, n_sliding):
             return (system.preacts(y, data) > 0).astype(y.dtype)
     else:
         slopes_of = system.slopes
 
     def vector_field(t, y, args):
-        mode, control, data, any_sliding = args
-        return system.field(y, data, slopes_of(y, data, mode, control, any_sliding))
+        mode, control, data, n_sliding = args
+        return system.field(y, data, slopes_of(y, data, mode, control, n_sliding))
 
     terms = diffrax.ODETerm(vector_field)
     error_order = base_solver.order(terms) + 1
@@ -179,10 +179,10 @@ def compiled(cfg: Config):
                     jnp.any(on_surface), initial_events, lambda a: a, (mode, control) + buffers
                 )
             armed = armed & (mode != ev.SLIDING)
-            any_sliding = jnp.any(mode == ev.SLIDING)
+            n_sliding = jnp.max(jnp.sum(mode == ev.SLIDING, axis=1))  # most units sliding in any lane
 
             def member_start(y, mode, control, data):
-                args = (mode, control, data, any_sliding)
+                args = (mode, control, data, n_sliding)
                 t_next, pid = controller.init(terms, 0.0, t1, y, None, args, solver.func, error_order)
                 fsal = solver.init(terms, 0.0, t_next, y, args)
                 return t_next, pid, fsal
@@ -237,10 +237,10 @@ def compiled(cfg: Config):
         def interpolant(t0, t_next, dense):
             return solver.interpolation_cls(t0=t0, t1=t_next, **dense)
 
-        def member_step(s, data, any_sliding):
+        def member_step(s, data, n_sliding):
             h = jnp.where(s.forced, s.dt, jnp.minimum(s.dt, t1 - s.t))
             t_next = s.t + h
-            args = (s.mode, s.control, data, any_sliding)
+            args = (s.mode, s.control, data, n_sliding)
             y1, y_err, dense, fsal1, _ = solver.step(terms, s.t, t_next, s.y, args, s.fsal, s.made_jump)
             keep, _, next_t1, _, pid1, _ = controller.adapt_step_size(
                 s.t, t_next, s.y, y1, args, y_err, error_order, s.pid
@@ -268,7 +268,7 @@ def compiled(cfg: Config):
                     flip=flip, t_cross=t_s[:-1, None] + (t_s[1:] - t_s[:-1])[:, None] * frac,
                     dirs=jnp.where(pos[1:], 1, -1), mode_end=jnp.where(pos[-1], ev.ACTIVE, ev.INACTIVE).astype(s.mode.dtype),
                 )  # fmt: skip
-            G = vmap(lambda y: system.guards(y, data, s.mode, s.control, any_sliding))(ys)
+            G = vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding))(ys)
             G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
             # A unit that has not yet left the round-off band since its last event fires
             # only once it is clearly past its surface (no events from noise).
@@ -286,13 +286,13 @@ def compiled(cfg: Config):
                 G_hi=G[m + 1], shift=shift, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0),
             )  # fmt: skip
 
-        def member_locate(s, o, data, any_sliding):
+        def member_locate(s, o, data, n_sliding):
             """Illinois on H(τ) = min over candidates of their guards; keeps H(lo) > 0 ≥ H(hi)."""
             interp = interpolant(s.t, o["t_next"], o["dense"])
 
             def H(tau):
                 y = interp.evaluate(tau)
-                g = system.guards(y, data, s.mode, s.control, any_sliding)
+                g = system.guards(y, data, s.mode, s.control, n_sliding)
                 g = jnp.where(jnp.isnan(g), -1.0, g) + o["shift"]
                 return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
 
@@ -326,10 +326,10 @@ def compiled(cfg: Config):
         def member_handle(y, mode, control, pending, data):
             return system.handle(y, data, mode, control, pending)
 
-        def member_checks(y, mode, control, data, any_sliding):
+        def member_checks(y, mode, control, data, n_sliding):
             if not (cfg.use_gtol or cfg.use_dtol):
                 return jnp.inf, (system.loss(y, data) if cfg.use_ltol else jnp.inf), jnp.inf
-            f = system.field(y, data, slopes_of(y, data, mode, control, any_sliding))
+            f = system.field(y, data, slopes_of(y, data, mode, control, n_sliding))
             loss = system.loss(y, data) if cfg.use_ltol else jnp.inf
             # How fast the direction moves per unit of log‖θ‖: ‖d(θ/‖θ‖)/d log‖θ‖‖ =
             # ‖f_⊥‖/(θ̂·f) = tan ∠(θ, f), infinite while ‖θ‖ does not grow.
@@ -341,8 +341,8 @@ def compiled(cfg: Config):
         def step(s: _State):
             data = s.data
             running = s.status == Status.RUNNING
-            any_sliding = jnp.any((s.mode == ev.SLIDING) & running[:, None])
-            o = vmap(member_step, in_axes=(0, 0, None))(s, data, any_sliding)
+            n_sliding = jnp.max(jnp.sum((s.mode == ev.SLIDING) & running[:, None], axis=1))
+            o = vmap(member_step, in_axes=(0, 0, None))(s, data, n_sliding)
             has_event = o["has_event"] & running
             accept = o["keep"] & ~has_event & o["finite"]
             forced_done = accept & s.forced
@@ -363,7 +363,7 @@ def compiled(cfg: Config):
             else:
                 t_e, new_pending = jax.lax.cond(
                     jnp.any(has_event),
-                    lambda: vmap(member_locate, in_axes=(0, 0, 0, None))(s, o, data, any_sliding),
+                    lambda: vmap(member_locate, in_axes=(0, 0, 0, None))(s, o, data, n_sliding),
                     lambda: (o["hi"], jnp.zeros((L, P), bool)),
                 )
                 # Resolve the crossings at the end of forced steps.
@@ -397,7 +397,7 @@ def compiled(cfg: Config):
             # Save requested times inside accepted steps.
             saved, save_i = _save(s, o, accept & running)
             # Stopping.
-            gnorm, loss, speed = vmap(member_checks, in_axes=(0, 0, 0, 0, None))(y, mode, control, data, any_sliding)
+            gnorm, loss, speed = vmap(member_checks, in_axes=(0, 0, 0, 0, None))(y, mode, control, data, n_sliding)
             n_iter = s.n_iter + 1
             step_collapsed = ~o["keep"] & (o["dt_new"] <= 1e-14 * jnp.maximum(jnp.abs(s.t), 1.0))
             status = jnp.select(
