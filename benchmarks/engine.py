@@ -421,8 +421,8 @@ def main(argv=None):
         "--scipy-sample", type=int, default=200,
         help="first N members run by SciPy (default 200; at most the largest batch)",
     )  # fmt: skip
-    parser.add_argument("--rtol", type=float, default=1e-10)
-    parser.add_argument("--atol", type=float, default=1e-12)
+    parser.add_argument("--rtol", type=float, default=1e-10, help="relative tolerance of both methods (default 1e-10)")
+    parser.add_argument("--atol", type=float, default=1e-12, help="absolute tolerance of both methods (default 1e-12)")
     parser.add_argument("--t1", type=float, default=150.0, help="gradient-flow time (default 150)")
     parser.add_argument("--seed", type=int, default=0, help="PRNG seed of the initialisations (default 0)")
     parser.add_argument(
