@@ -67,12 +67,28 @@ def _ints(name, values, lo):
     return out
 
 
-def _grid(depths, width, widths, sweep_depth):
-    """The (depth, width) configurations: the depth sweep at ``width``, then the width
-    sweep at ``sweep_depth`` (without repeating a configuration)."""
+def _grid(depths, width, widths, sweep_depth, runs, n_points):
+    """Checked sweep arguments shared by :func:`thm4` and :func:`thm5`, and the (depth,
+    width) configurations: the depth sweep at ``width``, then the width sweep at
+    ``sweep_depth`` (without repeating a configuration). Returns ``(depths, widths,
+    width, runs, n_points, sweep_depth, grid)``."""
+    depths = _ints("depths", depths, 2)
+    widths = _ints("widths", widths, 1)
+    width, runs, n_points = _count("width", width), _count("runs", runs), _count("n_points", n_points)
+    sweep_depth = _count("sweep_depth", sweep_depth)
     grid = [(d, width) for d in depths]
     grid += [(sweep_depth, w) for w in widths if (sweep_depth, w) not in grid]
-    return grid
+    return depths, widths, width, runs, n_points, sweep_depth, grid
+
+
+def _padding(grid):
+    """Largest depth, width (or input dimension) and weight count over ``grid``: the
+    NaN-padded sizes of the per-run arrays."""
+    return (
+        max(d for d, _ in grid),
+        max(max(w for _, w in grid), _D_IN),
+        max(_size(d, w) for d, w in grid),
+    )
 
 
 def _teacher(seed, theorem, n):
@@ -210,10 +226,7 @@ def thm4(
         stationary point with dead units, which the theorem is not about.
     """
     t_start = time.perf_counter()
-    depths = _ints("depths", depths, 2)
-    widths = _ints("widths", widths, 1)
-    width, runs, n_points = _count("width", width), _count("runs", runs), _count("n_points", n_points)
-    sweep_depth = _count("sweep_depth", sweep_depth)
+    depths, widths, width, runs, n_points, sweep_depth, grid = _grid(depths, width, widths, sweep_depth, runs, n_points)
     seed = _seed(seed)
     lambdas = tuple(_positive("lambdas", lam) for lam in lambdas)
     if not lambdas or any(b >= a for a, b in zip(lambdas, lambdas[1:])):
@@ -221,7 +234,6 @@ def thm4(
     gtol, t1, rtol, atol = (_positive(k, v) for k, v in (("gtol", gtol), ("t1", t1), ("rtol", rtol), ("atol", atol)))
     max_steps = _count("max_steps", max_steps)
     out = _out(out)
-    grid = _grid(depths, width, widths, sweep_depth)
     config = dict(
         depths=list(depths), width=width, runs=runs, seed=seed, widths=list(widths), sweep_depth=sweep_depth,
         n_points=n_points, lambdas=list(lambdas), gtol=gtol, t1=t1, rtol=rtol, atol=atol, max_steps=max_steps,
@@ -229,8 +241,7 @@ def thm4(
         init="xavier_normal",
     )  # fmt: skip
     td = _teacher(seed, 4, n_points)
-    kmax, wmax = max(d for d, _ in grid), max(max(w for _, w in grid), _D_IN)
-    dmax = max(_size(d, w) for d, w in grid)
+    kmax, wmax, dmax = _padding(grid)
 
     def compute(start, stop):
         depth, w = grid[start // runs]
@@ -313,10 +324,8 @@ def thm5(
         ``margin_t``, ``norm_t``; ``bound``, ``norm_bound``.
     """
     t_start = time.perf_counter()
-    depths = _ints("depths", depths, 2)
-    widths = _ints("widths", widths, 1)
-    width, runs, n_points = _count("width", width), _count("runs", runs), _count("n_points", n_points)
-    sweep_depth, n_save = _count("sweep_depth", sweep_depth), _count("n_save", n_save)
+    depths, widths, width, runs, n_points, sweep_depth, grid = _grid(depths, width, widths, sweep_depth, runs, n_points)
+    n_save = _count("n_save", n_save)
     seed = _seed(seed)
     t1, rtol, atol = (_positive(k, v) for k, v in (("t1", t1), ("rtol", rtol), ("atol", atol)))
     dtol = None if dtol is None else _positive("dtol", dtol)
@@ -324,7 +333,6 @@ def thm5(
         raise ValueError(f"t1: expected a time > 1 (ratios are tracked from t = 1), got {t1!r}")
     max_steps = _count("max_steps", max_steps)
     out = _out(out)
-    grid = _grid(depths, width, widths, sweep_depth)
     ts = np.geomspace(1.0, t1, n_save)
     config = dict(
         depths=list(depths), width=width, runs=runs, seed=seed, widths=list(widths), sweep_depth=sweep_depth,
@@ -334,8 +342,7 @@ def thm5(
     )  # fmt: skip
     td = _teacher(seed, 5, n_points)
     y = td.Y[:, 0]
-    kmax, wmax = max(d for d, _ in grid), max(max(w for _, w in grid), _D_IN)
-    dmax = max(_size(d, w) for d, w in grid)
+    kmax, wmax, dmax = _padding(grid)
 
     def compute(start, stop):
         depth, w = grid[start // runs]
