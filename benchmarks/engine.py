@@ -8,7 +8,7 @@ members, so every batch contains the smaller ones and SciPy's sample.
 - gflow: for each ``B`` in ``--batches`` (default 1, 10, 100, 1000, 10000), one
   :func:`gflow.simulate_batch` call over the ``B`` trajectories, split over one JAX CPU
   device per core (``XLA_FLAGS=--xla_force_host_platform_device_count``, set below unless
-  the caller set it), 64 lanes each. Each batch size is its own compiled program: the
+  the caller set it), gflow's default lanes each. Each batch size is its own compiled program: the
   first call (compile + run) is timed on its own and reported as such; then ``--repeats``
   calls reuse the compiled program and are timed. gflow's time for ``B`` is their median,
   its throughput ``B`` divided by it.

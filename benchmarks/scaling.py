@@ -13,7 +13,7 @@ tolerances (``rtol 1e-8, atol 1e-10``), square loss.
 
 gflow runs with its defaults: the batch split over every local JAX device (one CPU device
 per core, ``XLA_FLAGS=--xla_force_host_platform_device_count`` as in
-:mod:`benchmarks.engine`), 64 lanes per device.
+:mod:`benchmarks.engine`), gflow's default 16 lanes per device.
 
 Every configuration runs in a fresh Python process (``--worker``), so that its peak
 memory is its own: the peak resident set size of that process
@@ -155,7 +155,7 @@ def worker(cfg):
                 us_per_trajectory=wall / B * 1e6,
                 devices=D,
                 shard=_bucket(-(-B // D)),
-                lanes=_bucket(min(B, 64)),
+                lanes=_bucket(min(-(-B // D), 16)),
                 status=status,
                 all_success=bool(all(gflow.Status(int(c)).success for c in sol.status)),
                 accepted_steps=_mean_max(sol.stats["num_accepted"]),
@@ -286,7 +286,7 @@ def print_tables(results, machine, config):
         "P = pre-activations per trajectory. Each row ran in a fresh process: compile+1st = its first call, "
         "which compiles († = compiled earlier in the same process, t1 sweep); wall = median of the timed calls; "
         "µs/traj = wall / B (gflow splits the batch over D devices, one per core, each shard padded to a power "
-        "of two and fed through 64 lanes). Peak RSS = "
+        "of two and fed through 16 lanes). Peak RSS = "
         "ru_maxrss of that process (interpreter, JAX runtime and compiler included); +Δ = VmRSS after the runs "
         "minus VmRSS just before the first gflow call."
     )
@@ -379,7 +379,7 @@ def main(argv=None):
         repeats=args.repeats,
         seed=args.seed,
         devices=args.devices,
-        lanes="gflow default (64 per device)",
+        lanes="gflow default (16 per device)",
         init="xavier_normal",
         loss="square",
         memory=(

@@ -147,18 +147,27 @@ class System:
                 return r, r
 
             c = jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
+            # Unused slots have identity rows, so the damping scale below is at least 1
+            # whenever fewer than K units slide, whatever ``slots``.
+            floor = jnp.where(jnp.sum(mode == SLIDING) < self.K, 1.0, 1e-300)
 
-            def newton(_, c):  # three steps, in a loop: one copy to compile, not three
+            def newton(carry):
+                c, _, _, i = carry
                 J, r = jax.jacfwd(residual, has_aux=True)(c)
                 # Levenberg–Marquardt damping keeps the step finite where a control has
                 # (almost) no effect on the rates, e.g. a unit disconnected downstream.
-                # Unused slots have identity rows, so its scale is at least 1 whenever
-                # fewer than K units slide, whatever ``slots``.
-                floor = jnp.where(jnp.sum(mode == SLIDING) < self.K, 1.0, 1e-300)
-                mu = 1e-14 * jnp.maximum(jnp.max(jnp.abs(J)), floor)
-                return c - _solve_small(J.T @ J + mu * jnp.eye(idx.shape[0]), J.T @ r)
+                scale = jnp.maximum(jnp.max(jnp.abs(J)), floor)
+                step = _solve_small(J.T @ J + 1e-14 * scale * jnp.eye(idx.shape[0]), J.T @ r)
+                return c - step, jnp.max(jnp.abs(r)), scale, i + 1
 
-            c = jax.lax.fori_loop(0, 3, newton, c)
+            def unsolved(carry):
+                _, res, scale, i = carry
+                return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale)
+
+            # The rates are multilinear in the controls: Newton from the last control
+            # converges in two or three steps; it stops once the sliding rates, relative
+            # to their sensitivity to the controls, are at round-off.
+            c = jax.lax.while_loop(unsolved, newton, (c, jnp.inf, 1.0, 0))[0]
         control = jnp.append(warm, 0.0).at[idx].set(jnp.where(valid, c, 0.0))[:P]
         return scatter(c), control
 
@@ -240,11 +249,12 @@ class System:
         return self._controls(y, data, mode, control, n_sliding)[0]
 
     def guards(self, y, data, mode, control, n_sliding):
-        """The event guard of every unit (positive while its mode is valid), ``(P,)``."""
+        """The event guard of every unit (positive while its mode is valid), ``(P,)``,
+        and the sliding controls at ``y`` (``(P,)``, as :meth:`equivalent_control`)."""
         p = self.preacts(y, data, self.base_slopes(mode, control))
         g = jnp.where(mode == ACTIVE, p, -p)
         _, c = self._controls(y, data, mode, control, n_sliding)
-        return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g)
+        return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g), c
 
     # -- events -----------------------------------------------------------------------------
     def handle(self, y, data, mode, control, pending, initial=False):
@@ -337,6 +347,10 @@ class System:
             (leave & ~merged, jnp.full(P, int(Kind.SLIDE_END), jnp.int32), leave_dir),
         )
         return mode2.astype(mode.dtype), control2, pending & ~handled, records
+
+
+_NEWTON_TOL = 1e-13  # sliding rates / their sensitivity to the controls at which Newton stops
+_NEWTON_MAX = 12  # Newton steps at most (singular or disconnected controls)
 
 
 def _solve_small(A, b):

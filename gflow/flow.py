@@ -136,8 +136,11 @@ def compiled(cfg: Config):
     terms = diffrax.ODETerm(vector_field)
     error_order = base_solver.order(terms) + 1
 
-    def run(y0, X, Y, wd, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
+    def run(y0, X, Y, wd, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
+        # Only the first ``count`` of the N rows are integrated; the rest are padding
+        # (never started, results left at zero), so a padded batch costs no extra work.
         N, L, S = y0.shape[0], cfg.lanes, len(ts)
+        count = jnp.minimum(jnp.asarray(count, jnp.int32), N)
         solver = base_solver
         if cfg.solver in _IMPLICIT:
             # The implicit stages' Newton (chord) iterations stop at the step tolerances.
@@ -206,9 +209,9 @@ def compiled(cfg: Config):
             )  # fmt: skip
 
         lanes0 = jnp.arange(L)
-        state = init_lanes(jnp.minimum(lanes0, N - 1))
+        state = init_lanes(jnp.minimum(lanes0, jnp.maximum(count - 1, 0)))
         state = state._replace(
-            status=jnp.where(lanes0 < N, state.status, _IDLE), slot=jnp.where(lanes0 < N, state.slot, N)
+            status=jnp.where(lanes0 < count, state.status, _IDLE), slot=jnp.where(lanes0 < count, state.slot, N)
         )
         pid_reset = state.pid
         out = dict(
@@ -225,7 +228,7 @@ def compiled(cfg: Config):
             where = jnp.where(finished, state.slot, N)  # N: dropped
             out = {k: v.at[where].set(getattr(state, k), mode="drop") for k, v in out.items()}
             new_idx = next_ + jnp.cumsum(finished, dtype=jnp.int32) - 1
-            take = finished & (new_idx < N)
+            take = finished & (new_idx < count)
             fresh = init_lanes(jnp.where(take, new_idx, 0))
             state = jax.tree.map(lambda f, o: jnp.where(_bcast(take, f), f, o), fresh, state)
             state = state._replace(
@@ -268,7 +271,7 @@ def compiled(cfg: Config):
                     flip=flip, t_cross=t_s[:-1, None] + (t_s[1:] - t_s[:-1])[:, None] * frac,
                     dirs=jnp.where(pos[1:], 1, -1), mode_end=jnp.where(pos[-1], ev.ACTIVE, ev.INACTIVE).astype(s.mode.dtype),
                 )  # fmt: skip
-            G = vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding))(ys)
+            G, C = vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding))(ys)
             G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
             # A unit that has not yet left the round-off band since its last event fires
             # only once it is clearly past its surface (no events from noise).
@@ -282,7 +285,7 @@ def compiled(cfg: Config):
             lo = s.t + h * m / M
             hi = jnp.where(m == M - 1, t_next, s.t + h * (m + 1) / M)
             return dict(
-                common, keep=keep | s.forced, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m],
+                common, keep=keep | s.forced, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m], control1=C[-1],
                 G_hi=G[m + 1], shift=shift, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0),
             )  # fmt: skip
 
@@ -292,7 +295,7 @@ def compiled(cfg: Config):
 
             def H(tau):
                 y = interp.evaluate(tau)
-                g = system.guards(y, data, s.mode, s.control, n_sliding)
+                g, _ = system.guards(y, data, s.mode, s.control, n_sliding)
                 g = jnp.where(jnp.isnan(g), -1.0, g) + o["shift"]
                 return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
 
@@ -372,6 +375,10 @@ def compiled(cfg: Config):
                     lambda: _handle_all(vmap(member_handle)(o["y1"], s.mode, s.control, s.pending, data), forced_done, o["t_next"], s),
                     lambda: (s.mode, s.control, s.pending, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
                 )  # fmt: skip
+            if not cfg.through:
+                # After an ordinary accepted step the sliding controls at its end (solved
+                # for its last guard) warm-start the next step's equivalent controls.
+                control = jnp.where((accept & ~s.forced)[:, None], o["control1"], control)
             changed = (pending != s.pending) | (mode != s.mode)
             armed = jnp.where(accept[:, None], o["armed"] & ~changed, s.armed)
             pending = jnp.where(has_event[:, None], new_pending, pending)
@@ -465,7 +472,7 @@ def compiled(cfg: Config):
 
             return jax.lax.while_loop(lambda c: jnp.any(due(c)), body, (s.saved, s.save_i))
 
-        carry = (state, out, jnp.minimum(jnp.int32(L), N))
+        carry = (state, out, jnp.minimum(jnp.int32(L), count))
         _, out, _ = jax.lax.while_loop(lambda c: jnp.any(c[0].status == Status.RUNNING), body, carry)
         data = (X, Y, wd)
         if cfg.through:

@@ -139,7 +139,7 @@ def simulate_batch(
     pcoeff=0.2,
     icoeff=0.4,
     events="stop",
-    lanes=64,
+    lanes=16,
     devices=None,
     throw=False,
 ) -> Solution:
@@ -159,7 +159,11 @@ def simulate_batch(
     ``lanes`` trajectories are integrated side by side; when one finishes, the next queued
     trajectory starts in its lane, so the batch costs about ``Σ iterations / lanes`` loop
     iterations (plus the longest trajectory) rather than ``max iterations`` for every
-    member. The trajectories are split evenly over ``devices`` (default: every local
+    member. On a CPU few lanes are fastest: each iteration runs the costly branches (root
+    finding, event handling, restarting a lane) whenever any lane needs them, so the
+    default is 16 (the authors' 288 seeds: 0.068 s at 16 lanes, 0.11 s at 64, 0.39 s at
+    144, on two cores). On a GPU, give every trajectory its own lane (``lanes`` ≥ batch /
+    devices). The trajectories are split evenly over ``devices`` (default: every local
     device; an int takes the first ones) and run on them in parallel with one compiled
     program. On a CPU, JAX exposes one device unless told otherwise: set
     ``XLA_FLAGS=--xla_force_host_platform_device_count=<cores>`` before importing JAX to
@@ -201,9 +205,12 @@ def simulate_batch(
     max_sliding = min(P, 8) if max_sliding is None else _count("max_sliding", max_sliding)
     devices = _devices(devices)
     D = len(devices)
-    # Pad the batch (copies of member 0, dropped afterwards) to D equal power-of-two
-    # shards, so that sweeps over batch sizes reuse a few compiled programs.
-    per = _bucket(-(-B // D))
+    # Split the members as evenly as possible over the devices (contiguous shares of
+    # ⌈B/D⌉ or ⌊B/D⌋) and pad each share to one power-of-two size, so that sweeps over
+    # batch sizes reuse a few compiled programs. Padding rows are never integrated.
+    counts = np.full(D, B // D) + (np.arange(D) < B % D)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    per = _bucket(int(counts.max()))
     cfg = Config(
         loss=loss, solver=solver, shapes=tuple(tuple(W.shape[1:]) for W in params), n=n,
         max_events=max_events, max_sliding=min(max_sliding, P),
@@ -213,20 +220,18 @@ def simulate_batch(
         lanes=_bucket(min(per, _count("lanes", lanes))),
     )  # fmt: skip
     max_steps = _count("max_steps", max_steps)
-    pad = per * D - B
-    y0, X, Y, wd = (np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) for a in (ravel(params), X, Y, wd))
+    rows = np.minimum(starts[:, None] + np.arange(per), B - 1)  # (D, per); past a share: padding
+    y0, X, Y, wd = (a[rows] for a in (ravel(params), X, Y, wd))
     scalars = (t1, rtol, atol, gtol_v, ltol_v, dtol_v, ts, max_steps)
     if D == 1:
         run, _ = compiled(cfg)
         with jax.default_device(devices[0]):
-            out, loss_v, gnorm = run(y0, X, Y, wd, *scalars)
+            out, loss_v, gnorm = run(y0[0], X[0], Y[0], wd[0], counts[0], *scalars)
+        out, loss_v, gnorm = jax.tree.map(lambda a: np.asarray(a)[None], (out, loss_v, gnorm))
     else:
-        shard = lambda a: a.reshape((D, per) + a.shape[1:])  # noqa: E731
-        out, loss_v, gnorm = _sharded(cfg, tuple(devices))(shard(y0), shard(X), shard(Y), shard(wd), *scalars)
-        out, loss_v, gnorm = jax.tree.map(
-            lambda a: np.asarray(a).reshape((D * per,) + a.shape[2:]), (out, loss_v, gnorm)
-        )
-    out, loss_v, gnorm = jax.tree.map(lambda a: np.asarray(a)[:B], (out, loss_v, gnorm))
+        out, loss_v, gnorm = _sharded(cfg, tuple(devices))(y0, X, Y, wd, counts, *scalars)
+    real = np.arange(per)[None, :] < counts[:, None]  # (D, per), row-major = member order
+    out, loss_v, gnorm = jax.tree.map(lambda a: np.asarray(a)[real], (out, loss_v, gnorm))
     sol = _to_solution(out, loss_v, gnorm, params, ts, n, hidden)
     if throw and not all(Status(int(s)).success for s in sol.status):
         raise RuntimeError(f"gflow.simulate_batch: {sol.message}")
@@ -237,7 +242,7 @@ def simulate_batch(
 def _sharded(cfg, devices):
     """The batch integrator mapped over devices: one shard of trajectories per device."""
     run, _ = compiled(cfg)
-    return jax.pmap(run, in_axes=(0, 0, 0, 0) + (None,) * 8, devices=list(devices))
+    return jax.pmap(run, in_axes=(0, 0, 0, 0, 0) + (None,) * 8, devices=list(devices))
 
 
 def _devices(devices):

@@ -41,7 +41,7 @@ Reproducibility across devices. :func:`gflow.simulate_batch` gives each device
 trajectories. Its integration loop works on arrays of ``lanes`` trajectories (the shard
 size only sets the queue), so a trajectory's arithmetic depends on the lane count, not on
 the shard. With ``chunk ≥
-devices · lanes`` (the defaults, 1024 and 64, allow 16 devices) every trajectory (final
+devices · lanes`` (the defaults, 1024 and 16, allow 64 devices) every trajectory (final
 weights, time, status, events, modes, step counts) is the same, bit for bit, on 1, 2 or 4
 devices. The final loss and gradient norm are evaluated after the integration by one
 vectorised call over each device's shard, whose compiled code depends on the shard size:
@@ -92,7 +92,7 @@ DEFAULTS = dict(
     max_steps=100_000,
     max_events=None,
     max_sliding=None,
-    lanes=64,
+    lanes=16,
     chunk=1024,
     seed=0,
     out=None,
@@ -129,7 +129,7 @@ def check_config(config: dict) -> dict:
     max_steps,        ``null`` for the engine's defaults)
     max_events,
     max_sliding``
-    ``lanes``         lanes per device (default 64)
+    ``lanes``         lanes per device (default 16)
     ``trajectories``  number of trajectories
     ``chunk``         trajectories per chunk file and per compiled batch call (default
                       1024); several times ``devices · lanes`` keeps the lanes busy

@@ -2,13 +2,14 @@
 and the integrate-through-kinks mode, each against something computed another way: the
 SPEC §3 invariants, the hand-written NumPy gradient of gflow.reference, and SciPy."""
 
+import jax
 import numpy as np
 import pytest
 from conftest import max_diff
 
 import gflow
 from gflow import Status
-from gflow.reference import balance_invariants, loss_gradient, scipy_flow
+from gflow.reference import balance_invariants, gradient_descent_batch, loss_gradient, scipy_flow
 
 
 def _problem(seed, widths, n, labels=False):
@@ -109,6 +110,35 @@ def test_weight_decay_stationary_point():
             assert np.sqrt(sum(np.sum(G**2) for G in g)) <= 2 * gtol
         q = balance_invariants(theta)
         assert np.max(np.abs(q - balance_invariants(p) * np.exp(-2 * lam * sol.t[b])) / _scale(p)) <= 1e-8
+
+
+def test_several_units_slide_on_their_surfaces():
+    """Depth 3, 8 points: from t ≈ 37.18 three units slide at once, two of them at one
+    point in consecutive layers (their rates are then quadratic in the controls). The
+    sliding units' pre-activations, recomputed in NumPy from the saved weights, stay at
+    round-off (before the equivalent controls were iterated to a residual tolerance they
+    drifted to 1e-3), and gradient descent approaches the end point at first order in η."""
+    rng = np.random.default_rng(12345)
+    X, Y = rng.standard_normal((8, 2)), rng.standard_normal((8, 2))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    Y /= np.linalg.norm(Y, axis=1, keepdims=True)
+    params = [np.asarray(W[44:45]) for W in gflow.init_params(jax.random.PRNGKey(0), (2, 2, 2, 2), batch=64)]
+    ts = np.linspace(37.25, 38.5, 6)
+    sol = gflow.simulate_batch(params, X, Y, t1=38.5, saveat=ts, rtol=1e-10, atol=1e-12)
+    assert sol.status[0] == Status.REACHED_T1
+    sliding = np.flatnonzero(sol.final_modes[0] == gflow.events.SLIDING)
+    assert len(sliding) >= 3
+    for i in range(len(ts)):
+        H, pre = X, []
+        for W in [Ws[0, i] for Ws in sol.ys][:-1]:
+            p = H @ W.T  # [point, neuron]
+            pre.append(p.T.ravel())  # flat unit order: layer, neuron, point
+            H = np.maximum(p, 0.0)
+        assert np.max(np.abs(np.concatenate(pre)[sliding])) <= 1e-9
+    end = [W[0] for W in sol.params]
+    errors = [max_diff([W[0] for W in gradient_descent_batch(params, X, Y, lr=lr, steps=round(38.5 / lr))], end)
+              for lr in (3e-4, 1e-4)]  # fmt: skip
+    assert errors[1] <= 5e-5 and 2.0 <= errors[0] / errors[1] <= 4.5
 
 
 def test_through_kinks_against_scipy():
