@@ -141,24 +141,22 @@ class System:
             c = self._control_depth2(y, data, base, idx, valid)
         else:
 
-            def residual(cK):
+            def residual(cK, y, data):
                 _, pdot = self.field_and_rates(y, data, scatter(cK))
                 r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
                 return r, r
 
-            c = jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
             # Unused slots have identity rows, so the damping scale below is at least 1
             # whenever fewer than K units slide, whatever ``slots``.
             floor = jnp.where(jnp.sum(mode == SLIDING) < self.K, 1.0, 1e-300)
 
-            def newton(carry):
-                c, _, _, i = carry
-                J, r = jax.jacfwd(residual, has_aux=True)(c)
+            def newton(c, y, data):
+                J, r = jax.jacfwd(residual, has_aux=True)(c, y, data)
                 # Levenberg–Marquardt damping keeps the step finite where a control has
                 # (almost) no effect on the rates, e.g. a unit disconnected downstream.
                 scale = jnp.maximum(jnp.max(jnp.abs(J)), floor)
                 step = _solve_small(J.T @ J + 1e-14 * scale * jnp.eye(idx.shape[0]), J.T @ r)
-                return c - step, jnp.max(jnp.abs(r)), scale, i + 1
+                return c - step, jnp.max(jnp.abs(r)), scale
 
             def unsolved(carry):
                 _, res, scale, i = carry
@@ -166,8 +164,15 @@ class System:
 
             # The rates are multilinear in the controls: Newton from the last control
             # converges in two or three steps; it stops once the sliding rates, relative
-            # to their sensitivity to the controls, are at round-off.
-            c = jax.lax.while_loop(unsolved, newton, (c, jnp.inf, 1.0, 0))[0]
+            # to their sensitivity to the controls, are at round-off. The loop carries no
+            # derivatives; one more Newton step outside it gives the controls' derivative
+            # by the implicit function theorem (implicit solvers differentiate the field).
+            frozen = jax.lax.stop_gradient((y, data))
+            c = jax.lax.stop_gradient(jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0))
+            c = jax.lax.while_loop(
+                unsolved, lambda k: newton(k[0], *frozen) + (k[3] + 1,), (c, jnp.inf, 1.0, 0)
+            )[0]
+            c = newton(c, y, data)[0]
         control = jnp.append(warm, 0.0).at[idx].set(jnp.where(valid, c, 0.0))[:P]
         return scatter(c), control
 

@@ -8,7 +8,7 @@ import math
 import jax
 import numpy as np
 
-from .flow import _SOLVERS, Config, compiled, ravel
+from .flow import _IMPLICIT, _SOLVERS, Config, compiled, ravel
 from .losses import CLASSIFICATION, LOSSES
 from .networks import index_table
 from .solution import Crossings, Solution, Status
@@ -228,6 +228,16 @@ def simulate_batch(
         with jax.default_device(devices[0]):
             out, loss_v, gnorm = run(y0[0], X[0], Y[0], wd[0], counts[0], *scalars)
         out, loss_v, gnorm = jax.tree.map(lambda a: np.asarray(a)[None], (out, loss_v, gnorm))
+    elif solver in _IMPLICIT:
+        # Implicit solvers' linear solves fail to trace under pmap (lineax compares
+        # shardings): one jitted call per device instead, dispatched asynchronously so
+        # the devices run at once (one compile per device).
+        run, _ = compiled(cfg)
+        parts = []
+        for d, device in enumerate(devices):
+            with jax.default_device(device):
+                parts.append(run(*jax.device_put((y0[d], X[d], Y[d], wd[d], counts[d]), device), *scalars))
+        out, loss_v, gnorm = jax.tree.map(lambda *a: np.stack([np.asarray(x) for x in a]), *parts)
     else:
         out, loss_v, gnorm = _sharded(cfg, tuple(devices))(y0, X, Y, wd, counts, *scalars)
     real = np.arange(per)[None, :] < counts[:, None]  # (D, per), row-major = member order
