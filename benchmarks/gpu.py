@@ -6,7 +6,7 @@ ReLU network, square loss, ``B`` Xavier-normal initialisations
 gflow's own ``1e-8``/``1e-10``). For each batch size:
 
 - gflow: for each ``--lanes`` value (default ``all``: every trajectory in its own lane,
-  the whole batch at once; gflow's own default of 64 lanes per device suits a CPU core,
+  the whole batch at once; gflow's own default of 16 lanes per device suits a CPU core,
   not a GPU), the first :func:`gflow.simulate_batch` call (compile + run), then ``--repeats``
   timed calls (results come back as NumPy arrays, so they are synchronised); throughput
   = ``B`` / median wall time; statuses, events, steps, loop iterations; the device's peak

@@ -52,17 +52,9 @@ def _reference(p, X, Y, t1):
         return None
 
 
-def _drift(p0, p1, lam, t):
-    from gflow.reference import balance_invariants
-
-    scale = np.concatenate([np.sum(W**2, axis=1) for W in p0[:-1]]) + np.concatenate(
-        [np.sum(W**2, axis=0) for W in p0[1:]]
-    )
-    return float(np.max(np.abs(balance_invariants(p1) - balance_invariants(p0) * np.exp(-2 * lam * t)) / scale))
-
-
 def run_problem(name, widths, n, t1, seeds, repeats, rtol, atol, only_non_sliding):
     import gflow
+    from gflow.reference import balance_drift
 
     problems = [_problem(s, widths, n) for s in seeds]
     refs = [None] * len(problems)
@@ -88,7 +80,7 @@ def run_problem(name, widths, n, t1, seeds, repeats, rtol, atol, only_non_slidin
             times.append(time.perf_counter() - t)
         sols[mode] = sol
         members = [[W[b] for W in sol.params] for b in range(len(problems))]
-        drift = [_drift(p, m, 0.0, float(sol.t[b])) for b, ((p, _, _), m) in enumerate(zip(problems, members))]
+        drift = [balance_drift(p, m) for (p, _, _), m in zip(problems, members)]
         ref_err = (
             max(max(float(np.max(np.abs(a - r))) for a, r in zip(m, ref.params)) for m, ref in zip(members, refs))
             if refs[0] is not None

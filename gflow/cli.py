@@ -257,21 +257,34 @@ _DEPTHS = typer.Option(  # noqa: B008
     None, "--depth", help="Student depth k' (repeat for several; default 2 3 4 5 6 8 10)."
 )
 _WIDTHS = typer.Option(None, "--sweep-width", help="Widths of the width sweep (repeat; default 2 4 8).")  # noqa: B008
+# Options shared by `reproduce thm4` and `reproduce thm5`.
+_WIDTH = typer.Option(4, min=1, help="Hidden width of the depth sweep.")
+_RUNS = typer.Option(3, "--runs", "--seeds", min=1, help="Random starts per (depth, width).")
+_SWEEP_DEPTH = typer.Option(4, min=2, help="Depth of the width sweep.")
+_POINTS = typer.Option(8, min=1, help="Data points (teacher: depth 2, width 3, inputs in R^4).")
+_EVENTS = typer.Option("stop", help="stop (exact at every kink) | through (see gflow.simulate).")
+
+
+def _deep_grid(depth, sweep_width):
+    """The depths and the width-sweep widths of `reproduce thm4|thm5` (defaults if empty)."""
+    from gflow import experiments_deep as deep
+
+    return tuple(depth or ()) or deep.DEPTHS, tuple(sweep_width or ()) or (2, 4, 8)
 
 
 @reproduce_app.command("thm4")
 def reproduce_thm4(
     depth: list[int] = _DEPTHS,
-    width: int = typer.Option(4, min=1, help="Hidden width of the depth sweep."),
-    runs: int = typer.Option(3, "--runs", "--seeds", min=1, help="Random starts per (depth, width)."),
+    width: int = _WIDTH,
+    runs: int = _RUNS,
     sweep_width: list[int] = _WIDTHS,
-    sweep_depth: int = typer.Option(4, min=2, help="Depth of the width sweep."),
-    points: int = typer.Option(8, min=1, help="Data points (teacher: depth 2, width 3, inputs in R^4)."),
+    sweep_depth: int = _SWEEP_DEPTH,
+    points: int = _POINTS,
     lam: list[float] = typer.Option(  # noqa: B008
         None, "--lambda", help="Weight decays, decreasing (repeat; default 1e-2 1e-3)."
     ),
     seed: int = _SEED,
-    events: str = typer.Option("stop", help="stop (exact at every kink) | through (see gflow.simulate)."),
+    events: str = _EVENTS,
     out: Path = typer.Option(Path("results/thm4"), help=_OUT_HELP),  # noqa: B008
     figures: bool = _FIGURES,
     fresh: bool = _FRESH,
@@ -279,8 +292,9 @@ def reproduce_thm4(
     """Theorem 4: deeper nets at the stationary points of L + (λ/2)‖θ‖², λ swept down: rank ratios vs the bound."""
     from gflow import experiments_deep as deep
 
+    depths, widths = _deep_grid(depth, sweep_width)
     run = lambda **kw: deep.thm4(  # noqa: E731
-        tuple(depth or ()) or deep.DEPTHS, width, runs, seed, widths=tuple(sweep_width or ()) or (2, 4, 8),
+        depths, width, runs, seed, widths=widths,
         sweep_depth=sweep_depth, n_points=points, lambdas=tuple(lam or ()) or deep.THM4_LAMBDAS, events=events, **kw,
     )  # fmt: skip
     _reproduce("thm4", run, out, figures, fresh, save_figures=deep.save_figures)
@@ -289,15 +303,15 @@ def reproduce_thm4(
 @reproduce_app.command("thm5")
 def reproduce_thm5(
     depth: list[int] = _DEPTHS,
-    width: int = typer.Option(4, min=1, help="Hidden width of the depth sweep."),
-    runs: int = typer.Option(3, "--runs", "--seeds", min=1, help="Random starts per (depth, width)."),
+    width: int = _WIDTH,
+    runs: int = _RUNS,
     sweep_width: list[int] = _WIDTHS,
-    sweep_depth: int = typer.Option(4, min=2, help="Depth of the width sweep."),
-    points: int = typer.Option(8, min=1, help="Data points (teacher: depth 2, width 3, inputs in R^4)."),
+    sweep_depth: int = _SWEEP_DEPTH,
+    points: int = _POINTS,
     t1: float = typer.Option(1e8, min=1.0, help="GF time (exponential loss: the norm grows like log t)."),
     dtol: float = typer.Option(None, help="Stop a run once tan ∠(θ, dθ/dt) < dtol (default: run to t1)."),
     seed: int = _SEED,
-    events: str = typer.Option("stop", help="stop (exact at every kink) | through (see gflow.simulate)."),
+    events: str = _EVENTS,
     out: Path = typer.Option(Path("results/thm5"), help=_OUT_HELP),  # noqa: B008
     figures: bool = _FIGURES,
     fresh: bool = _FRESH,
@@ -305,8 +319,9 @@ def reproduce_thm5(
     """Theorem 5: deeper nets under the exponential loss to t = 1e8: rank ratios and margin vs the bound."""
     from gflow import experiments_deep as deep
 
+    depths, widths = _deep_grid(depth, sweep_width)
     run = lambda **kw: deep.thm5(  # noqa: E731
-        tuple(depth or ()) or deep.DEPTHS, width, runs, seed, widths=tuple(sweep_width or ()) or (2, 4, 8),
+        depths, width, runs, seed, widths=widths,
         sweep_depth=sweep_depth, n_points=points, t1=t1, dtol=dtol, events=events, **kw,
     )  # fmt: skip
     _reproduce("thm5", run, out, figures, fresh, save_figures=deep.save_figures)

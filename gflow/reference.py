@@ -10,8 +10,8 @@ so it shares no code with the rest of gflow: it imports only NumPy, SciPy and JA
   the integration restarts.
 - [`gradient_descent`][] and [`gradient_descent_batch`][] run full-batch gradient descent
   in JAX, jitted once per shape.
-- [`loss_value`][], [`loss_gradient`][], [`preactivations`][] and
-  [`balance_invariants`][] are small NumPy helpers.
+- [`loss_value`][], [`loss_gradient`][], [`preactivations`][],
+  [`balance_invariants`][] and [`balance_drift`][] are small NumPy helpers.
 
 Conventions (as in the rest of gflow):
 
@@ -48,6 +48,7 @@ jax.config.update("jax_enable_x64", True)
 __all__ = [
     "LOSSES",
     "ReferenceResult",
+    "balance_drift",
     "balance_invariants",
     "gradient_descent",
     "gradient_descent_batch",
@@ -300,6 +301,29 @@ def balance_invariants(params):
         np.sum(W**2, axis=1) - np.sum(W_next**2, axis=0) for W, W_next in zip(params[:-1], params[1:], strict=True)
     ]
     return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def balance_drift(params0, params, *, weight_decay=0.0, t=0.0, scale=None):
+    """How far `params` broke the SPEC §3 invariants of `params0`: the largest
+    `|q(params) − q(params0)·e^{−2λt}| / scale` over hidden neurons, with `q` from
+    [`balance_invariants`][] (`λ = weight_decay`, `t` the flow time between the two).
+
+    **Arguments:**
+
+    - `params0`, `params`: `[W_1, ..., W_k]` at the start and at time `t`.
+    - `weight_decay`, `t`: the decay of the invariants under weight decay (0: conserved).
+    - `scale`: a float, or one per neuron; default each neuron's
+      `‖W_l[j,:]‖² + ‖W_{l+1}[:,j]‖²` in `params0`, so the drift is relative.
+
+    **Returns:** a float (0 for a network without hidden layers).
+    """
+    q0, q = balance_invariants(params0), balance_invariants(params)
+    if scale is None:
+        p0 = _check_params(params0)
+        scale = np.concatenate([np.zeros(0)] + [
+            np.sum(W**2, axis=1) + np.sum(W_next**2, axis=0) for W, W_next in zip(p0[:-1], p0[1:])
+        ])  # fmt: skip
+    return float(np.max(np.abs(q - q0 * np.exp(-2.0 * weight_decay * t)) / scale, initial=0.0))
 
 
 # --------------------------------------------------------------------------------------

@@ -1,5 +1,9 @@
 """Shared fixtures. Importing gflow turns on float64."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
@@ -25,3 +29,41 @@ def authors_xavier():
 def max_diff(a, b):
     """Largest absolute difference between two lists of arrays."""
     return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b))
+
+
+_RUN_NOTEBOOK = """
+import sys, time, nbformat
+from nbclient import NotebookClient
+nb = nbformat.read(sys.argv[1], as_version=4)
+start = time.perf_counter()
+NotebookClient(nb, timeout=float(sys.argv[3]), kernel_name="python3",
+               resources={"metadata": {"path": sys.argv[2]}}).execute()
+print(f"notebook executed in {time.perf_counter() - start:.1f} s")
+"""
+
+
+def start_notebook(path, cwd, cell_timeout):
+    """Execute a notebook in a subprocess (nbclient, kernel python3, working folder ``cwd``,
+    Matplotlib's Agg backend) while other tests run; see :func:`finish_notebook`."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _RUN_NOTEBOOK, str(path), str(cwd), str(cell_timeout)],
+        cwd=cwd, env=dict(os.environ, MPLBACKEND="Agg"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def finish_notebook(proc, path, timeout):
+    """Wait for :func:`start_notebook`'s process and check that every cell ran."""
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{path.name} did not finish within {timeout} s")
+    assert proc.returncode == 0, output[-4000:]
+    assert "notebook executed" in output
+
+
+def stop_notebook(proc):
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()

@@ -10,10 +10,6 @@ so that it overlaps the others.
 """
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -24,6 +20,7 @@ import jax  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from conftest import finish_notebook, start_notebook, stop_notebook  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 import gflow  # noqa: E402
@@ -55,32 +52,13 @@ def cones(W, X, tol=0.0):
 
 
 # ---- the notebook, in the background -------------------------------------------------------
-_RUN_NOTEBOOK = textwrap.dedent(
-    """
-    import sys, time, nbformat
-    from nbclient import NotebookClient
-    nb = nbformat.read(sys.argv[1], as_version=4)
-    start = time.perf_counter()
-    NotebookClient(nb, timeout=float(sys.argv[3]), kernel_name="python3",
-                   resources={"metadata": {"path": sys.argv[2]}}).execute()
-    print(f"notebook executed in {time.perf_counter() - start:.1f} s")
-    """
-)
-
-
 @pytest.fixture(scope="module")
 def notebook(tmp_path_factory):
-    """The notebook executing in a subprocess (nbclient, kernel python3, cwd a temp folder)."""
+    """The notebook executing in a subprocess while the other tests run (cwd a temp folder)."""
     cwd = tmp_path_factory.mktemp("notebook")
-    env = dict(os.environ, MPLBACKEND="Agg")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _RUN_NOTEBOOK, str(NOTEBOOK), str(cwd), "120"],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    proc = start_notebook(NOTEBOOK, cwd, 120)
     yield proc, cwd
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
+    stop_notebook(proc)
 
 
 def test_notebook_started(notebook):
@@ -340,11 +318,5 @@ def test_cli_reproduce(tmp_path):
 # ---- the notebook ---------------------------------------------------------------------------
 def test_notebook_runs(notebook):
     proc, cwd = notebook
-    try:
-        output, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("notebooks/depth2_rank.ipynb did not finish within 240 s")
-    assert proc.returncode == 0, output[-4000:]
-    assert "notebook executed" in output
+    finish_notebook(proc, NOTEBOOK, 240)
     assert not any(p.suffix == ".png" for p in NOTEBOOK.parent.iterdir())  # nothing written next to it

@@ -6,14 +6,12 @@ forward pass, invariants), the teacher's ``B`` from its layers, and the bounds f
 closed forms. Sizes are tiny: depth 2 and 3 students of width 3 on 6 points.
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+from conftest import finish_notebook, start_notebook, stop_notebook
 from typer.testing import CliRunner
 
 from gflow import Status, experiments, theory
@@ -23,28 +21,14 @@ from gflow.reference import balance_invariants
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "deep_rank.ipynb"
 SMALL = dict(depths=(2, 3), width=3, runs=2, widths=(3,), sweep_depth=3, n_points=6)
-_RUN_NOTEBOOK = """
-import sys, time, nbformat
-from nbclient import NotebookClient
-nb = nbformat.read(sys.argv[1], as_version=4)
-start = time.perf_counter()
-NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
-print(f"notebook executed in {time.perf_counter() - start:.1f} s")
-"""
 
 
 @pytest.fixture(scope="module")
 def notebook(tmp_path_factory):
     """The notebook executing in a subprocess while the other tests run."""
-    cwd = tmp_path_factory.mktemp("deep_notebook")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _RUN_NOTEBOOK, str(NOTEBOOK), str(cwd)],
-        cwd=cwd, env=dict(os.environ, MPLBACKEND="Agg"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    proc = start_notebook(NOTEBOOK, tmp_path_factory.mktemp("deep_notebook"), 600)
     yield proc
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
+    stop_notebook(proc)
 
 
 def test_notebook_started(notebook):
@@ -153,10 +137,4 @@ def test_bad_input_names_the_argument(kwargs, match):
 
 
 def test_notebook_runs(notebook):
-    try:
-        output, _ = notebook.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        notebook.kill()
-        pytest.fail("notebooks/deep_rank.ipynb did not finish within 600 s")
-    assert notebook.returncode == 0, output[-4000:]
-    assert "notebook executed" in output
+    finish_notebook(notebook, NOTEBOOK, 600)

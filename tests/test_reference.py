@@ -8,6 +8,7 @@ import scipy.integrate
 
 from gflow.reference import (
     LOSSES,
+    balance_drift,
     balance_invariants,
     gradient_descent,
     gradient_descent_batch,
@@ -148,6 +149,15 @@ def test_balance_invariants_by_hand():
     W3 = np.array([[2.0, 3.0]])
     # layer 0: ‖W1[j]‖² − ‖W2[:, j]‖² = (5−2, 9−1, 1−4); layer 1: ‖W2[j]‖² − ‖W3[:, j]‖² = (5−4, 2−9)
     np.testing.assert_array_equal(balance_invariants([W1, W2, W3]), [3.0, 8.0, -3.0, 1.0, -7.0])
+    # Neuron scales ‖W1[j]‖² + ‖W2[:, j]‖² = (7, 10, 5), ‖W2[j]‖² + ‖W3[:, j]‖² = (9, 11).
+    # Doubling W1[2] moves its invariant by 3 (1 → 4): relative drift 3/5.
+    moved = [W1 * np.array([[1.0], [1.0], [2.0]]), W2, W3]
+    assert balance_drift([W1, W2, W3], moved) == pytest.approx(0.6, rel=1e-15)
+    # Under weight decay λ for time t every invariant should have shrunk by e^{−2λt}.
+    shrunk = [W * np.exp(-0.1 * 2.0) for W in (W1, W2, W3)]  # weights e^{−λt}
+    assert balance_drift([W1, W2, W3], shrunk, weight_decay=0.1, t=2.0) <= 1e-15
+    assert balance_drift([W1, W2, W3], shrunk) == pytest.approx(8.0 * (1 - np.exp(-0.4)) / 10.0, rel=1e-14)
+    assert balance_drift([W1, W2, W3], moved, scale=1.0) == 3.0
 
 
 # --------------------------------------------------------------------------------------
