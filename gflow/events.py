@@ -205,10 +205,10 @@ class System:
         cost of two field evaluations rather than three Jacobians. Its rate is affine in its
         own control ``c``
         (no pre-activation depends on it, and the rate's gradient only on the slopes of
-        lower layers): ``r(c) = a₋ + c·(a₊ − a₋)`` from the two one-sided rates. The same
-        damped Newton iteration as :meth:`equivalent_control` is then run on this scalar
-        affine residual (the damping there is at least ``1e-14``, set by the identity rows of
-        the unused slots), so both give the same control."""
+        lower layers): ``r(c) = a₋ + c·(a₊ − a₋)`` from the two one-sided rates. The damped
+        Newton step of :meth:`equivalent_control` (damping at least ``1e-14``, set by the
+        identity rows of the unused slots) is run three times on this scalar affine
+        residual, which it solves to round-off, so both give the same control."""
         k = jnp.argmax(mode == SLIDING)
         sliding = mode[k] == SLIDING
         base = self.base_slopes(mode, jnp.zeros_like(warm))
