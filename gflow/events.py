@@ -41,6 +41,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .networks import _times_transpose
+
 __all__ = ["INACTIVE", "ACTIVE", "SLIDING", "Kind"]
 
 INACTIVE, ACTIVE, SLIDING = 0, 1, 2
@@ -200,6 +202,27 @@ class System:
         rhs = jnp.where(valid, jnp.append(pdot0.reshape(-1), 0.0)[idx], 0.0)
         return _solve_small(A, rhs)
 
+    def _controls_depth2_blocks(self, y, data, mode, warm):
+        """Depth 2 with few points: :meth:`_control_depth2`'s system, one ``n × n`` block
+        per neuron (rows and columns of units that do not slide replaced by the identity),
+        solved for every neuron at once. Nothing is gathered and nothing branches, so under
+        ``vmap`` it fuses with the field around it; with nothing sliding it returns the
+        mode slopes. Returns ``(slopes, control)`` as :meth:`equivalent_control`."""
+        X, Y, wd = data
+        W1, W2 = self.unravel(y)
+        n, d1 = self.n, self.hidden_widths[0]
+        sliding = (mode == SLIDING).reshape(d1, n)  # [neuron, point]
+        S = self.base_slopes(mode, jnp.zeros_like(warm)).reshape(d1, n)
+        pre = _times_transpose(X, W1)  # [point, neuron]
+        beta = jax.grad(lambda H: self.loss_fn(_times_transpose(H, W2), Y))(S.T * pre)
+        gram = _times_transpose(X, X)
+        pdot0 = -_times_transpose(S * beta.T, gram) - wd * pre.T  # [neuron, point]
+        # Block j: B[r, q] = β[q, j] G[q, r] for sliding points r, q of neuron j.
+        both = sliding[:, :, None] & sliding[:, None, :]
+        B = jnp.where(both, beta.T[:, None, :] * gram[None, :, :], jnp.eye(n))
+        c = jnp.where(sliding, _solve_blocks(B, jnp.where(sliding, pdot0, 0.0)), 0.0)
+        return (S + c).reshape(-1), jnp.where(sliding.reshape(-1), c.reshape(-1), warm)
+
     def _single_control(self, y, data, mode, warm):
         """:meth:`equivalent_control` when at most one unit slides (deeper networks), at the
         cost of two field evaluations rather than three Jacobians. Its rate is affine in its
@@ -233,8 +256,17 @@ class System:
         "some, any number"), so that the choice stays a real branch under vmap. Nothing
         slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1, 2
         or ``K`` sliding units, the fewest that fit (its cost grows with the room); in
-        deeper networks one sliding unit takes :meth:`_single_control`.
+        deeper networks one sliding unit takes :meth:`_single_control`. Depth 2 with at
+        most ``_BLOCK_POINTS`` points: :meth:`_controls_depth2_blocks` whenever some unit
+        slides.
         """
+        if len(self.hidden_widths) == 1 and self.n <= _BLOCK_POINTS:
+            some = n_sliding if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_) else n_sliding > 0
+            return jax.lax.cond(
+                some,
+                lambda: self._controls_depth2_blocks(y, data, mode, control),
+                lambda: (self.base_slopes(mode, control), control),
+            )
         sizes = sorted({1, min(2, self.K), self.K})
         routes = [lambda: (self.base_slopes(mode, control), control)]
         for size in sizes:
@@ -356,6 +388,28 @@ class System:
 
 _NEWTON_TOL = 1e-13  # sliding rates / their sensitivity to the controls at which Newton stops
 _NEWTON_MAX = 12  # Newton steps at most (singular or disconnected controls)
+
+
+_BLOCK_POINTS = 8  # depth 2 with at most this many points: per-neuron block solves
+
+
+def _solve_blocks(A, b):
+    """Solve ``A[j] x[j] = b[j]`` for every leading index ``j`` (``A`` of shape
+    ``(..., n, n)``) by Gauss–Jordan elimination with partial pivoting, unrolled and
+    written with selects only (no gathers), for tiny ``n``."""
+    n = b.shape[-1]
+    M = jnp.concatenate([A, b[..., None]], axis=-1)
+    rows = jnp.arange(n)
+    for col in range(n):
+        piv = jnp.argmax(jnp.where(rows >= col, jnp.abs(M[..., :, col]), -1.0), axis=-1)
+        is_piv = (rows == piv[..., None])[..., None]  # (..., n, 1)
+        row_piv = jnp.sum(jnp.where(is_piv, M, 0.0), axis=-2, keepdims=True)
+        row_col = M[..., col : col + 1, :]
+        is_col = (rows == col)[:, None]
+        M = jnp.where(is_col, row_piv, jnp.where(is_piv, row_col, M))
+        pivot_row = M[..., col : col + 1, :] / M[..., col : col + 1, col : col + 1]
+        M = jnp.where(is_col, pivot_row, M - M[..., :, col : col + 1] * pivot_row)
+    return M[..., :, n]
 
 
 def _solve_small(A, b):

@@ -4,7 +4,8 @@ A batch of trajectories runs as one ``lax.while_loop``. Each iteration, every me
 that is still running either
 
 - attempts one step of a Diffrax Runge–Kutta solver under a Diffrax PID controller
-  (rejected steps shrink and retry), and checks the event guards of *all*
+  (rejected steps shrink and retry; for depth-2 networks the explicit solvers' stages
+  are written out from Diffrax's Butcher tableau, :func:`_explicit_rk`), and checks the event guards of *all*
   pre-activations at the step's end and at ``event_samples − 1`` interior points of the
   solver's dense interpolant; if a guard changes sign the earliest crossing is located
   by Illinois root finding on the interpolant, the step is not taken, and the next
@@ -135,6 +136,11 @@ def compiled(cfg: Config):
 
     terms = diffrax.ODETerm(vector_field)
     error_order = base_solver.order(terms) + 1
+    # Shallow networks: the stages written out (the loop over stages costs more than the
+    # tiny field). Deeper ones keep Diffrax's stage loop: there the field dominates, and
+    # writing out the stages would multiply the compile time of the sliding-control solves.
+    shallow = len(cfg.shapes) == 2 and cfg.solver not in _IMPLICIT
+    rk = _explicit_rk(base_solver.tableau, vector_field) if shallow else None
 
     def run(y0, X, Y, wd, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
         # Only the first ``count`` of the N rows are integrated; the rest are padding
@@ -187,7 +193,7 @@ def compiled(cfg: Config):
             def member_start(y, mode, control, data):
                 args = (mode, control, data, n_sliding)
                 t_next, pid = controller.init(terms, 0.0, t1, y, None, args, solver.func, error_order)
-                fsal = solver.init(terms, 0.0, t_next, y, args)
+                fsal = solver.init(terms, 0.0, t_next, y, args) if rk is None else vector_field(0.0, y, args)
                 return t_next, pid, fsal
 
             dt0, pid0, fsal0 = vmap(member_start)(y, mode, control, data)
@@ -244,7 +250,10 @@ def compiled(cfg: Config):
             h = jnp.where(s.forced, s.dt, jnp.minimum(s.dt, t1 - s.t))
             t_next = s.t + h
             args = (s.mode, s.control, data, n_sliding)
-            y1, y_err, dense, fsal1, _ = solver.step(terms, s.t, t_next, s.y, args, s.fsal, s.made_jump)
+            if rk is None:
+                y1, y_err, dense, fsal1, _ = solver.step(terms, s.t, t_next, s.y, args, s.fsal, s.made_jump)
+            else:
+                y1, y_err, dense, fsal1 = rk(s.t, t_next, s.y, args, s.fsal)
             keep, _, next_t1, _, pid1, _ = controller.adapt_step_size(
                 s.t, t_next, s.y, y1, args, y_err, error_order, s.pid
             )
@@ -345,6 +354,23 @@ def compiled(cfg: Config):
             data = s.data
             running = s.status == Status.RUNNING
             n_sliding = jnp.max(jnp.sum((s.mode == ev.SLIDING) & running[:, None], axis=1))
+            if rk is not None:
+                # The first stage is the field at the step's start: carried over from the
+                # last accepted step (first same as last) unless a forced step changed modes.
+                fresh = s.made_jump & running
+                s = s._replace(
+                    fsal=jax.lax.cond(
+                        jnp.any(fresh),
+                        lambda: jnp.where(
+                            fresh[:, None],
+                            vmap(vector_field, in_axes=(0, 0, (0, 0, 0, None)))(
+                                s.t, s.y, (s.mode, s.control, data, n_sliding)
+                            ),
+                            s.fsal,
+                        ),
+                        lambda: s.fsal,
+                    )
+                )
             o = vmap(member_step, in_axes=(0, 0, None))(s, data, n_sliding)
             has_event = o["has_event"] & running
             accept = o["keep"] & ~has_event & o["finite"]
@@ -507,6 +533,38 @@ def compiled(cfg: Config):
 
 
 _IDLE = -1  # a lane with no trajectory left to integrate
+
+
+def _explicit_rk(tableau, field):
+    """One step of the explicit Runge–Kutta method with this Butcher tableau (Diffrax's
+    coefficients), its stages written out rather than looped over: under ``vmap`` on a
+    CPU, Diffrax's stage loop costs more than the tiny fields it evaluates.
+
+    ``step(t0, t1, y, args, f0)`` returns ``(y1, y_err, dense, f1)`` as Diffrax's
+    ``solver.step`` does (``dense`` feeds the solver's interpolation class; ``f1`` is the
+    field at ``y1``, the next step's first stage). The tableau must be first-same-as-last
+    with the solution as its last stage (Dopri5, Tsit5, Dopri8)."""
+    if not (tableau.fsal and tableau.ssal):
+        raise ValueError("_explicit_rk: the tableau must be FSAL with the solution as its last stage")
+    c = [float(v) for v in np.asarray(tableau.c)]
+    a = [[float(v) for v in np.asarray(row)] for row in tableau.a_lower]
+    b_err = [float(v) for v in np.asarray(tableau.b_error)]
+
+    def combine(y, coeffs, ks):
+        return functools.reduce(jnp.add, [w * k for w, k in zip(coeffs, ks) if w != 0.0], y)
+
+    def step(t0, t1, y, args, f0):
+        h = t1 - t0
+        ks, f = [h * f0], f0
+        for ci, row in zip(c, a):
+            y_stage = combine(y, row, ks)
+            f = field(t0 + ci * h, y_stage, args)
+            ks.append(h * f)
+        y1 = y_stage  # the last stage is the solution (FSAL, SSAL)
+        y_err = combine(jnp.zeros_like(y), b_err, ks)
+        return y1, y_err, dict(y0=y, y1=y1, k=jnp.stack(ks)), f
+
+    return step
 
 
 def _noise(p, rtol, atol):

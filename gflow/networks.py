@@ -55,10 +55,22 @@ def forward(params, X, slopes=None):
     h = X
     pre = []
     for layer, W in enumerate(params[:-1]):
-        p = h @ W.T
+        p = _times_transpose(h, W)
         pre.append(p)
         h = relu(p) if slopes is None else slopes[layer] * p
-    return h @ params[-1].T, pre
+    return _times_transpose(h, params[-1]), pre
+
+
+_SMALL_PRODUCT = 4096  # multiply-adds below which a product is written out elementwise
+
+
+def _times_transpose(h, W):
+    """``h @ W.T``. Small products (the paper's 2×2 layers, two points) are written as a
+    broadcast multiply and a sum, which XLA fuses with its neighbours; under ``vmap`` on a
+    CPU that is several times cheaper than a batched ``dot`` call per product."""
+    if h.shape[0] * h.shape[1] * W.shape[0] > _SMALL_PRODUCT:
+        return h @ W.T
+    return jnp.sum(h[:, None, :] * W[None, :, :], axis=-1)
 
 
 def preactivations(params, X, slopes=None):

@@ -154,6 +154,38 @@ def test_sliding_matches_gradient_descent(authors, authors_xavier):
     assert np.all((ratios > 1.6) & (ratios < 2.5)), ratios
 
 
+def test_depth2_block_controls_hold_sliding_units_on_their_surfaces():
+    """The per-neuron block solve of the sliding controls (depth 2, few points) against a
+    hand-written NumPy rate ``ṗ_{j,i'} = −v_j Σ_i r_i s_{j,i} x_i·x_{i'}``: neuron 0 slides
+    on two points at once (a 2×2 block), neuron 1 on one, neuron 2 on none."""
+    from gflow import events
+    from gflow.flow import _unravel_for
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(3, 3))
+    W1 = rng.normal(size=(3, 3))
+    W1[0] = np.cross(X[0], X[1])  # on both surfaces of points 0 and 1
+    W1[1] -= (W1[1] @ X[2]) / (X[2] @ X[2]) * X[2]  # on the surface of point 2
+    v = np.array([[1.3, -0.7, 0.4]])
+    Y = rng.normal(size=(3, 1))
+    pre = X @ W1.T  # [point, neuron]
+    sliding = np.zeros((3, 3), bool)  # [neuron, point]
+    sliding[0, :2] = sliding[1, 2] = True
+    mode = np.where(sliding, events.SLIDING, np.where(pre.T > 0, events.ACTIVE, events.INACTIVE)).reshape(-1)
+    system = events.System(_unravel_for([(3, 3), (1, 3)]), "square", 3, (3,), 4)
+    y = np.concatenate([W1.reshape(-1), v.reshape(-1)])
+    data = (X, Y, 0.0)
+    slopes, control = system._controls(y, data, mode, np.zeros(9), True)
+    S = np.asarray(slopes).reshape(3, 3)  # [neuron, point]
+    r = (S.T * pre) @ v[0] - Y[:, 0]
+    pdot = -(v[0][:, None] * (S * r[None, :])) @ (X @ X.T)
+    assert np.max(np.abs(pdot[sliding])) <= 1e-13 * np.max(np.abs(pdot))
+    assert np.array_equal(S[~sliding], np.where(pre.T > 0, 1.0, 0.0)[~sliding])
+    # The same controls as the general K-slot solve (gathered sliding units).
+    _, control_k = system.equivalent_control(y, data, mode, np.zeros(9))
+    assert np.max(np.abs(np.asarray(control) - np.asarray(control_k))) <= 1e-12
+
+
 # ---- properties ----------------------------------------------------------------------------
 def test_loss_monotone_dead_frozen_and_batch_equals_single(authors, authors_xavier):
     X, Y = authors
