@@ -143,38 +143,11 @@ class System:
             c = self._control_depth2(y, data, base, idx, valid)
         else:
 
-            def residual(cK, y, data):
-                _, pdot = self.field_and_rates(y, data, scatter(cK))
-                r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
-                return r, r
-
-            # Unused slots have identity rows, so the damping scale below is at least 1
+            # Unused slots have identity rows, so the damping scale is at least 1
             # whenever fewer than K units slide, whatever ``slots``.
             floor = jnp.where(jnp.sum(mode == SLIDING) < self.K, 1.0, 1e-300)
-
-            def newton(c, y, data):
-                J, r = jax.jacfwd(residual, has_aux=True)(c, y, data)
-                # Levenberg–Marquardt damping keeps the step finite where a control has
-                # (almost) no effect on the rates, e.g. a unit disconnected downstream.
-                scale = jnp.maximum(jnp.max(jnp.abs(J)), floor)
-                step = _solve_small(J.T @ J + 1e-14 * scale * jnp.eye(idx.shape[0]), J.T @ r)
-                return c - step, jnp.max(jnp.abs(r)), scale
-
-            def unsolved(carry):
-                _, res, scale, i = carry
-                return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale)
-
-            # The rates are multilinear in the controls: Newton from the last control
-            # converges in two or three steps; it stops once the sliding rates, relative
-            # to their sensitivity to the controls, are at round-off. The loop carries no
-            # derivatives; one more Newton step outside it gives the controls' derivative
-            # by the implicit function theorem (implicit solvers differentiate the field).
-            frozen = jax.lax.stop_gradient((y, data))
-            c = jax.lax.stop_gradient(jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0))
-            c = jax.lax.while_loop(
-                unsolved, lambda k: newton(k[0], *frozen) + (k[3] + 1,), (c, jnp.inf, 1.0, 0)
-            )[0]
-            c = newton(c, y, data)[0]
+            c0 = jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
+            c = _newton_controls(self, y, data, c0, base, idx, valid, floor)
         control = jnp.append(warm, 0.0).at[idx].set(jnp.where(valid, c, 0.0))[:P]
         return scatter(c), control
 
@@ -388,6 +361,54 @@ class System:
 
 _NEWTON_TOL = 1e-13  # sliding rates / their sensitivity to the controls at which Newton stops
 _NEWTON_MAX = 12  # Newton steps at most (singular or disconnected controls)
+
+
+def _rates_residual(system, cK, y, data, base, idx, valid):
+    """The sliding units' rates ``ṗ`` with controls ``cK`` in slots ``idx`` (unused slots:
+    ``cK`` itself, an identity row). Returned twice (value and aux for ``jacfwd``)."""
+    slopes = jnp.append(base, 0.0).at[idx].set(jnp.where(valid, cK, 0.0))[: system.P]
+    _, pdot = system.field_and_rates(y, data, slopes)
+    r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
+    return r, r
+
+
+def _damped_solve(J, r, floor):
+    """``J⁻¹ r`` with Levenberg–Marquardt damping, which keeps it finite where a control has
+    (almost) no effect on the rates (e.g. a unit disconnected downstream)."""
+    scale = jnp.maximum(jnp.max(jnp.abs(J)), floor)
+    return _solve_small(J.T @ J + 1e-14 * scale * jnp.eye(r.shape[0]), J.T @ r), scale
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _newton_controls(system, y, data, c, base, idx, valid, floor):
+    """Deep networks' sliding controls: the rates are multilinear in the controls, so Newton
+    from the last controls converges in two or three steps; it stops once the rates,
+    relative to their sensitivity to the controls, are at round-off. The loop is never
+    differentiated: the derivative (implicit solvers differentiate the field) comes from
+    the implicit function theorem at the solution (:func:`_newton_controls_jvp`)."""
+
+    def newton(carry):
+        c, _, _, i = carry
+        J, r = jax.jacfwd(_rates_residual, argnums=1, has_aux=True)(system, c, y, data, base, idx, valid)
+        step, scale = _damped_solve(J, r, floor)
+        return c - step, jnp.max(jnp.abs(r)), scale, i + 1
+
+    def unsolved(carry):
+        _, res, scale, i = carry
+        return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale)
+
+    return jax.lax.while_loop(unsolved, newton, (c, jnp.inf, 1.0, 0))[0]
+
+
+@_newton_controls.defjvp
+def _newton_controls_jvp(system, primals, tangents):
+    """``J·dc = −dr``: the rates stay zero to first order."""
+    y, data, c0, base, idx, valid, floor = primals
+    c = _newton_controls(system, *primals)
+    J, _ = jax.jacfwd(_rates_residual, argnums=1, has_aux=True)(system, c, y, data, base, idx, valid)
+    rates = lambda y, data: _rates_residual(system, c, y, data, base, idx, valid)[0]  # noqa: E731
+    _, r_dot = jax.jvp(rates, (y, data), tuple(tangents[:2]))
+    return c, -_damped_solve(J, r_dot, floor)[0]
 
 
 _BLOCK_POINTS = 8  # depth 2 with at most this many points: per-neuron block solves

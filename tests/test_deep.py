@@ -163,3 +163,39 @@ def test_bad_new_options():
         gflow.simulate(params, X, Y, t1=1.0, events="skip")
     with pytest.raises(ValueError, match="dtol"):
         gflow.simulate(params, X, Y, t1=1.0, dtol=-1.0)
+
+
+def test_sliding_controls_derivative_matches_central_differences():
+    """Implicit solvers differentiate the field through the deep sliding controls, whose
+    Newton loop is never differentiated: its implicit-function derivative must match
+    central differences of the solved controls (three units held sliding, depth 3)."""
+    import jax.numpy as jnp
+
+    from gflow import events
+    from gflow.flow import _unravel_for
+
+    shapes, n = [(4, 3), (4, 4), (1, 4)], 5
+    system = events.System(_unravel_for(shapes), "square", n, (4, 4), 8)
+
+    @jax.jit
+    def slopes(y, data, mode):
+        return system.equivalent_control(y, data, mode, jnp.zeros(system.P))[0]
+
+    @jax.jit
+    def rates(y, data, mode):
+        return system.field_and_rates(y, data, slopes(y, data, mode))[1]
+
+    derivative_of = jax.jit(lambda y, v, data, mode: jax.jvp(lambda y: slopes(y, data, mode), (y,), (v,))[1])
+    for seed in (0, 2, 5):
+        rng = np.random.default_rng(seed)
+        data = (rng.normal(size=(n, 3)), rng.normal(size=(n, 1)), 0.0)
+        y = np.concatenate([rng.normal(size=s).reshape(-1) for s in shapes])
+        mode = np.where(np.asarray(system.preacts(y, data)) > 0, events.ACTIVE, events.INACTIVE)
+        sliding = rng.choice(system.P, 3, replace=False)
+        mode[sliding] = events.SLIDING
+        assert np.max(np.abs(np.asarray(rates(y, data, mode))[sliding])) <= 1e-12  # solved, not singular
+        v = rng.normal(size=y.shape)
+        h = 1e-6
+        central = (np.asarray(slopes(y + h * v, data, mode)) - np.asarray(slopes(y - h * v, data, mode))) / (2 * h)
+        error = np.max(np.abs(np.asarray(derivative_of(y, v, data, mode)) - central))
+        assert error <= 1e-7 * max(1.0, np.max(np.abs(central))), (seed, error)
