@@ -142,7 +142,6 @@ class System:
         if len(self.hidden_widths) == 1:
             c = self._control_depth2(y, data, base, idx, valid)
         else:
-
             # Unused slots have identity rows, so the damping scale is at least 1
             # whenever fewer than K units slide, whatever ``slots``.
             floor = jnp.where(jnp.sum(mode == SLIDING) < self.K, 1.0, 1e-300)
@@ -151,19 +150,25 @@ class System:
         control = jnp.append(warm, 0.0).at[idx].set(jnp.where(valid, c, 0.0))[:P]
         return scatter(c), control
 
-    def _control_depth2(self, y, data, base, idx, valid):
+    def _depth2_system(self, y, data, base):
         """Depth 2: with ``β = ∂ℓ/∂H`` (``H`` the hidden activations, ``(n, d_1)``) and the
         Gram matrix ``G = X Xᵀ``, ``ṗ_{j,i'} = −Σ_i s_{j,i} β_{i,j} G_{i,i'} − λ p_{j,i'}``,
         and ``β`` does not depend on the slopes of units at ``p = 0``: the sliding
-        controls solve a small linear system, one block per neuron."""
+        controls solve a small linear system, one block per neuron. Returns ``β``
+        ``[point, neuron]``, ``G`` and ``ṗ`` with every sliding slope 0 (``base``)
+        ``[neuron, point]``."""
         X, Y, wd = data
         W1, W2 = self.unravel(y)
+        S = base.reshape(self.hidden_widths[0], self.n)  # [neuron, point]
+        pre = _times_transpose(X, W1)  # [point, neuron]
+        beta = jax.grad(lambda H: self.loss_fn(_times_transpose(H, W2), Y))(S.T * pre)
+        gram = _times_transpose(X, X)
+        return beta, gram, -_times_transpose(S * beta.T, gram) - wd * pre.T
+
+    def _control_depth2(self, y, data, base, idx, valid):
+        """:meth:`_depth2_system` for the sliding units gathered in slots ``idx``."""
         n, d1 = self.n, self.hidden_widths[0]
-        S = base.reshape(d1, n)  # [neuron, point]
-        pre = X @ W1.T  # [point, neuron]
-        beta = jax.grad(lambda H: self.loss_fn(H @ W2.T, Y))(S.T * pre)
-        gram = X @ X.T
-        pdot0 = -((S * beta.T) @ gram) - wd * pre.T  # [neuron, point]
+        beta, gram, pdot0 = self._depth2_system(y, data, base)
         j, i = idx // n, idx % n
         A = (
             (j[:, None] == j[None, :])
@@ -176,25 +181,19 @@ class System:
         return _solve_small(A, rhs)
 
     def _controls_depth2_blocks(self, y, data, mode, warm):
-        """Depth 2 with few points: :meth:`_control_depth2`'s system, one ``n × n`` block
-        per neuron (rows and columns of units that do not slide replaced by the identity),
-        solved for every neuron at once. Nothing is gathered and nothing branches, so under
-        ``vmap`` it fuses with the field around it; with nothing sliding it returns the
-        mode slopes. Returns ``(slopes, control)`` as :meth:`equivalent_control`."""
-        X, Y, wd = data
-        W1, W2 = self.unravel(y)
-        n, d1 = self.n, self.hidden_widths[0]
-        sliding = (mode == SLIDING).reshape(d1, n)  # [neuron, point]
-        S = self.base_slopes(mode, jnp.zeros_like(warm)).reshape(d1, n)
-        pre = _times_transpose(X, W1)  # [point, neuron]
-        beta = jax.grad(lambda H: self.loss_fn(_times_transpose(H, W2), Y))(S.T * pre)
-        gram = _times_transpose(X, X)
-        pdot0 = -_times_transpose(S * beta.T, gram) - wd * pre.T  # [neuron, point]
+        """Depth 2 with few points: :meth:`_depth2_system` as one ``n × n`` block per neuron
+        (rows and columns of units that do not slide replaced by the identity), solved for
+        every neuron at once. Nothing is gathered and nothing branches, so under ``vmap``
+        it fuses with the field around it; with nothing sliding it returns the mode
+        slopes. Returns ``(slopes, control)`` as :meth:`equivalent_control`."""
+        sliding = (mode == SLIDING).reshape(self.hidden_widths[0], self.n)  # [neuron, point]
+        base = self.base_slopes(mode, jnp.zeros_like(warm))
+        beta, gram, pdot0 = self._depth2_system(y, data, base)
         # Block j: B[r, q] = β[q, j] G[q, r] for sliding points r, q of neuron j.
         both = sliding[:, :, None] & sliding[:, None, :]
-        B = jnp.where(both, beta.T[:, None, :] * gram[None, :, :], jnp.eye(n))
+        B = jnp.where(both, beta.T[:, None, :] * gram[None, :, :], jnp.eye(self.n))
         c = jnp.where(sliding, _solve_blocks(B, jnp.where(sliding, pdot0, 0.0)), 0.0)
-        return (S + c).reshape(-1), jnp.where(sliding.reshape(-1), c.reshape(-1), warm)
+        return base + c.reshape(-1), jnp.where(sliding.reshape(-1), c.reshape(-1), warm)
 
     def _single_control(self, y, data, mode, warm):
         """:meth:`equivalent_control` when at most one unit slides (deeper networks), at the

@@ -5,11 +5,11 @@ that is still running either
 
 - attempts one step of a Diffrax Runge–Kutta solver under a Diffrax PID controller
   (rejected steps shrink and retry; for depth-2 networks the explicit solvers' stages
-  are written out from Diffrax's Butcher tableau, :func:`_explicit_rk`), and checks the event guards of *all*
-  pre-activations at the step's end and at ``event_samples − 1`` interior points of the
-  solver's dense interpolant; if a guard changes sign the earliest crossing is located
-  by Illinois root finding on the interpolant, the step is not taken, and the next
-  iteration steps exactly to the crossing; or
+  are written out from Diffrax's Butcher tableau, :func:`_explicit_rk`), and checks the
+  event guards of *all* pre-activations at the step's end and at ``event_samples − 1``
+  interior points of the solver's dense interpolant; if a guard changes sign the
+  earliest crossing is located by Illinois root finding on the interpolant, the step is
+  not taken, and the next iteration steps exactly to the crossing; or
 - takes that forced step to the crossing and resolves the crossing there
   (:meth:`gflow.events.System.handle`): transversal, sliding (Filippov), touch.
 
