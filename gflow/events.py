@@ -132,13 +132,8 @@ class System:
         cost grows with it, and the result is the same for any ``slots`` not below the
         number of sliding units.
         """
-        P = self.P
         idx, valid = self.sliding_slots(mode, slots)
         base = self.base_slopes(mode, jnp.zeros_like(warm))
-
-        def scatter(cK):
-            return jnp.append(base, 0.0).at[idx].set(jnp.where(valid, cK, 0.0))[:P]
-
         if len(self.hidden_widths) == 1:
             c = self._control_depth2(y, data, base, idx, valid)
         else:
@@ -147,8 +142,7 @@ class System:
             floor = jnp.where(jnp.sum(mode == SLIDING) < self.K, 1.0, 1e-300)
             c0 = jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
             c = _newton_controls(self, y, data, c0, base, idx, valid, floor)
-        control = jnp.append(warm, 0.0).at[idx].set(jnp.where(valid, c, 0.0))[:P]
-        return scatter(c), control
+        return _with_controls(base, idx, valid, c), _with_controls(warm, idx, valid, c)
 
     def _depth2_system(self, y, data, base):
         """Depth 2: with ``β = ∂ℓ/∂H`` (``H`` the hidden activations, ``(n, d_1)``) and the
@@ -192,7 +186,7 @@ class System:
         # Block j: B[r, q] = β[q, j] G[q, r] for sliding points r, q of neuron j.
         both = sliding[:, :, None] & sliding[:, None, :]
         B = jnp.where(both, beta.T[:, None, :] * gram[None, :, :], jnp.eye(self.n))
-        c = jnp.where(sliding, _solve_blocks(B, jnp.where(sliding, pdot0, 0.0)), 0.0)
+        c = jnp.where(sliding, _solve_small(B, jnp.where(sliding, pdot0, 0.0)), 0.0)
         return base + c.reshape(-1), jnp.where(sliding.reshape(-1), c.reshape(-1), warm)
 
     def _single_control(self, y, data, mode, warm):
@@ -362,11 +356,15 @@ _NEWTON_TOL = 1e-13  # sliding rates / their sensitivity to the controls at whic
 _NEWTON_MAX = 12  # Newton steps at most (singular or disconnected controls)
 
 
+def _with_controls(base, idx, valid, cK):
+    """``base`` (slopes or controls, ``(P,)``) with ``cK`` written at the sliding slots ``idx``."""
+    return jnp.append(base, 0.0).at[idx].set(jnp.where(valid, cK, 0.0))[: base.shape[0]]
+
+
 def _rates_residual(system, cK, y, data, base, idx, valid):
     """The sliding units' rates ``ṗ`` with controls ``cK`` in slots ``idx`` (unused slots:
     ``cK`` itself, an identity row). Returned twice (value and aux for ``jacfwd``)."""
-    slopes = jnp.append(base, 0.0).at[idx].set(jnp.where(valid, cK, 0.0))[: system.P]
-    _, pdot = system.field_and_rates(y, data, slopes)
+    _, pdot = system.field_and_rates(y, data, _with_controls(base, idx, valid, cK))
     r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
     return r, r
 
@@ -413,10 +411,11 @@ def _newton_controls_jvp(system, primals, tangents):
 _BLOCK_POINTS = 8  # depth 2 with at most this many points: per-neuron block solves
 
 
-def _solve_blocks(A, b):
-    """Solve ``A[j] x[j] = b[j]`` for every leading index ``j`` (``A`` of shape
-    ``(..., n, n)``) by Gauss–Jordan elimination with partial pivoting, unrolled and
-    written with selects only (no gathers), for tiny ``n``."""
+def _solve_small(A, b):
+    """Solve ``A x = b`` for small ``(..., n, n)`` systems (any leading axes) by
+    Gauss–Jordan elimination with partial pivoting, unrolled and written with selects
+    only: under ``vmap`` on CPU this is far cheaper than a batched LAPACK call for the
+    tiny systems of sliding controls, and it fuses with the code around it."""
     n = b.shape[-1]
     M = jnp.concatenate([A, b[..., None]], axis=-1)
     rows = jnp.arange(n)
@@ -430,19 +429,3 @@ def _solve_blocks(A, b):
         pivot_row = M[..., col : col + 1, :] / M[..., col : col + 1, col : col + 1]
         M = jnp.where(is_col, pivot_row, M - M[..., :, col : col + 1] * pivot_row)
     return M[..., :, n]
-
-
-def _solve_small(A, b):
-    """Solve ``A x = b`` for a small ``(K, K)`` system by Gauss–Jordan elimination with
-    partial pivoting, unrolled: under ``vmap`` on CPU this is far cheaper than a batched
-    LAPACK call for the tiny systems of sliding controls."""
-    K = b.shape[0]
-    M = jnp.concatenate([A, b[:, None]], axis=1)
-    rows = jnp.arange(K)
-    for col in range(K):
-        piv = jnp.argmax(jnp.where(rows >= col, jnp.abs(M[:, col]), -1.0))
-        swap = jnp.where(rows == col, piv, jnp.where(rows == piv, col, rows))
-        M = M[swap]
-        M = M.at[col].set(M[col] / M[col, col])
-        M = M - jnp.where(rows[:, None] == col, 0.0, M[:, col : col + 1]) * M[col][None, :]
-    return M[:, K]
