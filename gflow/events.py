@@ -25,6 +25,13 @@ next (SPEC §2):
   constant and it never fires again (dead for good). In deeper layers its weights are
   frozen too, but its pre-activations still move with the layers below it, and the flow
   may revive it: the engine follows that.
+- Bias-free degeneracy: when a point has no active unit left in a hidden layer (a unit
+  held on its surface outputs 0 there), every pre-activation above it at that point
+  is 0 and stays 0 while that lasts, and the one-sided fields do not decide its side.
+  By ``σ'(0) = 0`` such units are *cut*: inactive, recorded as :attr:`Kind.CUT`; they
+  are cut before any rate is taken at the event, and a unit held on its surface whose
+  control then acts on nothing (*stranded*) leaves by the sign of its own rate
+  (:meth:`System.cut`, :meth:`System.handle`).
 
 Signs are decided with a relative tolerance, so round-off at the surface never flips a
 decision back and forth, and the integrator never looks at the sign of ``p`` to pick a
@@ -63,6 +70,13 @@ class Kind(enum.IntEnum):
     REPEL = 4
     """Both one-sided fields push away from the surface; the unit stays on its side
     (direction 0). Only possible when starting on the surface."""
+    CUT = 5
+    """The unit's point has no activation left in the layer below (none of its units
+    there is active off its surface), so the unit's pre-activation is identically 0 and
+    its rate too, and the flow does not decide its side: by ``σ'(0) = 0`` it is inactive
+    (direction −1 if it was not, else 0). A bias-free network meets this where the last
+    active unit of a layer at a point reaches its surface: every unit above it at that
+    point reaches its own surface at the same instant (:meth:`System.cut`)."""
 
 
 class System:
@@ -91,10 +105,12 @@ class System:
 
         return unflatten_preactivations(slopes, self.n, self.hidden_widths)
 
-    def preacts(self, y, data, slopes=None):
+    def preacts(self, y, data, slopes=None, held=False):
+        """All pre-activations, ``(P,)``; ``held``: units held on their surfaces output
+        exactly 0 to the layers above (:func:`gflow.networks.forward`)."""
         X = data[0]
         s = None if slopes is None else self._slope_list(slopes)
-        return self._preactivations(self.unravel(y), X, s)
+        return self._preactivations(self.unravel(y), X, s, held=held)
 
     def loss(self, y, data):
         X, Y, wd = data
@@ -220,8 +236,8 @@ class System:
 
         ``n_sliding`` is batch-wide: the most units sliding in any member (a bool means
         "some, any number"), so that the choice stays a real branch under vmap. Nothing
-        slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1, 2
-        or ``K`` sliding units, the fewest that fit (its cost grows with the room); in
+        slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1, 2,
+        4, … or ``K`` sliding units, the fewest that fit (its cost grows with the room); in
         deeper networks one sliding unit takes :meth:`_single_control`. Depth 2 with at
         most ``_BLOCK_POINTS`` points: :meth:`_controls_depth2_blocks` whenever some unit
         slides.
@@ -233,7 +249,7 @@ class System:
                 lambda: self._controls_depth2_blocks(y, data, mode, control),
                 lambda: (self.base_slopes(mode, control), control),
             )
-        sizes = sorted({1, min(2, self.K), self.K})
+        sizes = sorted({min(2**i, self.K) for i in range(self.K.bit_length() + 1)})
         routes = [lambda: (self.base_slopes(mode, control), control)]
         for size in sizes:
             if size == 1 and len(self.hidden_widths) > 1:
@@ -254,12 +270,36 @@ class System:
     def guards(self, y, data, mode, control, n_sliding):
         """The event guard of every unit (positive while its mode is valid), ``(P,)``,
         and the sliding controls at ``y`` (``(P,)``, as :meth:`equivalent_control`)."""
-        p = self.preacts(y, data, self.base_slopes(mode, control))
+        # Exactly 0 above held units: their round-off never fakes a crossing above them.
+        p = self.preacts(y, data, self.base_slopes(mode, control), held=True)
         g = jnp.where(mode == ACTIVE, p, -p)
         _, c = self._controls(y, data, mode, control, n_sliding)
         return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g), c
 
     # -- events -----------------------------------------------------------------------------
+    def cut(self, mode):
+        """Units whose point has no activation in the layer below (*cut*), and units
+        whose point has none in their own layer (*stranded* if held on their surface:
+        every unit they feed at that point is cut, so their control acts on nothing).
+        Two ``(P,)`` bool masks.
+
+        Bias-free: a point none of whose units in a hidden layer is active (inactive
+        units output 0, and so do units held on their surfaces) has zero
+        pre-activations in every unit of the next layer, and they stay zero while that
+        lasts. Cut units count as inactive for the layers above them (so a cut spreads
+        upwards). The first hidden layer is never cut, the last never stranded."""
+        n, cuts, strands, below = self.n, [], [], None
+        start = 0
+        for d in self.hidden_widths:
+            m = mode[start : start + d * n].reshape(d, n)
+            start += d * n
+            cut = jnp.zeros((d, n), bool) if below is None else jnp.broadcast_to(below[None, :], (d, n))
+            below = ~jnp.any((m == ACTIVE) & ~cut, axis=0)
+            cuts.append(cut.reshape(-1))
+            strands.append(jnp.broadcast_to(below[None, :], (d, n)).reshape(-1))
+        strands[-1] = jnp.zeros_like(strands[-1])
+        return jnp.concatenate(cuts), jnp.concatenate(strands)
+
     def handle(self, y, data, mode, control, pending, initial=False):
         """Resolve the units in ``pending`` at state ``y`` (they sit on their surfaces).
 
@@ -270,7 +310,15 @@ class System:
         """
         P = self.P
         _, control = self.equivalent_control(y, data, mode, control)
-        slopes = self.base_slopes(mode, control)
+        # The pending units sit at p = 0, so they output nothing now: units above a point
+        # left with no activation are cut (inactive) before any rate is taken.
+        deep = len(self.hidden_widths) > 1
+        if deep:
+            cut0, _ = self.cut(jnp.where(pending, INACTIVE, mode))
+            mode_now = jnp.where(cut0, INACTIVE, mode)
+        else:
+            mode_now = mode
+        slopes = self.base_slopes(mode_now, control)
 
         # Units ending a slide: leave towards the side their control is closest to.
         ending = pending & (mode == SLIDING)
@@ -333,12 +381,30 @@ class System:
         kind1 = jnp.where(ending, Kind.SLIDE_END, put(jnp.zeros(P, jnp.int32), kind_q.astype(jnp.int32)))
         dir1 = jnp.where(ending, jnp.where(up, 1, -1), put(jnp.zeros(P, jnp.int32), dir_q.astype(jnp.int32)))
         handled = ending | put(jnp.zeros(P, bool), valid)
+        stranded = jnp.zeros(P, bool)
+        if deep:
+            # Units above a point whose activations vanish after these decisions are
+            # inactive; units held on their surfaces whose control now acts on nothing
+            # (stranded) leave by the sign of their own rate, solved below.
+            cut, strand = self.cut(mode1)
+            cut_record = cut & ((mode1 != INACTIVE) | mask1)
+            mask1 = mask1 | cut_record
+            kind1 = jnp.where(cut_record, Kind.CUT, kind1)
+            dir1 = jnp.where(cut_record, jnp.where(mode != INACTIVE, -1, 0), dir1)
+            mode1 = jnp.where(cut, INACTIVE, mode1)
+            stranded = (mode1 == SLIDING) & strand
+            mode1 = jnp.where(stranded, INACTIVE, mode1)  # their slope acts on nothing
 
         # Joint controls of the new sliding set; any that fall outside [0, 1] leave now.
         _, control2 = self.equivalent_control(y, data, mode1, control1)
-        leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0))
-        mode2 = jnp.where(leave, jnp.where(control2 > 1.0, ACTIVE, INACTIVE), mode1)
-        leave_dir = jnp.where(control2 > 1.0, 1, -1).astype(jnp.int32)
+        up2 = control2 > 1.0
+        if deep:
+            _, pdot = self.field_and_rates(y, data, self.base_slopes(mode1, control2))
+            up2 = jnp.where(stranded, pdot > 0, up2)  # a zero rate: inactive (σ'(0) = 0)
+            mode1 = jnp.where(stranded, SLIDING, mode1)
+        leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0) | stranded)
+        mode2 = jnp.where(leave, jnp.where(up2, ACTIVE, INACTIVE), mode1)
+        leave_dir = jnp.where(up2, 1, -1).astype(jnp.int32)
         # A unit that would start sliding and leave in the same instant has simply crossed
         # (or touched, if it leaves to the side it came from): one event, one record.
         merged = leave & mask1 & (kind1 == Kind.SLIDE_START)
@@ -354,6 +420,7 @@ class System:
 
 _NEWTON_TOL = 1e-13  # sliding rates / their sensitivity to the controls at which Newton stops
 _NEWTON_MAX = 12  # Newton steps at most (singular or disconnected controls)
+_CHORD_MAX = 8  # chord steps before falling back to Newton
 
 
 def _with_controls(base, idx, valid, cK):
@@ -361,7 +428,7 @@ def _with_controls(base, idx, valid, cK):
     return jnp.append(base, 0.0).at[idx].set(jnp.where(valid, cK, 0.0))[: base.shape[0]]
 
 
-def _rates_residual(system, cK, y, data, base, idx, valid):
+def _rates_residual(system, cK, *, y, data, base, idx, valid):
     """The sliding units' rates ``ṗ`` with controls ``cK`` in slots ``idx`` (unused slots:
     ``cK`` itself, an identity row). Returned twice (value and aux for ``jacfwd``)."""
     _, pdot = system.field_and_rates(y, data, _with_controls(base, idx, valid, cK))
@@ -369,32 +436,62 @@ def _rates_residual(system, cK, y, data, base, idx, valid):
     return r, r
 
 
-def _damped_solve(J, r, floor):
-    """``J⁻¹ r`` with Levenberg–Marquardt damping, which keeps it finite where a control has
-    (almost) no effect on the rates (e.g. a unit disconnected downstream)."""
+def _damped_inverse(J, floor):
+    """``J⁻¹`` (as ``(JᵀJ + μI)⁻¹Jᵀ``) with Levenberg–Marquardt damping ``μ``, which keeps it
+    finite where a control has (almost) no effect on the rates (e.g. a unit disconnected
+    downstream); and the scale of ``J`` the damping is relative to."""
     scale = jnp.maximum(jnp.max(jnp.abs(J)), floor)
-    return _solve_small(J.T @ J + 1e-14 * scale * jnp.eye(r.shape[0]), J.T @ r), scale
+    K = J.shape[0]
+    return _solve_small(J.T @ J + 1e-14 * scale * jnp.eye(K), J.T), scale
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _newton_controls(system, y, data, c, base, idx, valid, floor):
-    """Deep networks' sliding controls: the rates are multilinear in the controls, so Newton
-    from the last controls converges in two or three steps; it stops once the rates,
-    relative to their sensitivity to the controls, are at round-off. The loop is never
-    differentiated: the derivative (implicit solvers differentiate the field) comes from
-    the implicit function theorem at the solution (:func:`_newton_controls_jvp`)."""
+    """Deep networks' sliding controls, from the last controls ``c``: chord iterations, then
+    Newton's method if they have not converged. The rates are multilinear in the controls
+    and ``c`` is close, so the chord (the Jacobian at ``c``, one ``jacfwd`` of ``K``
+    tangents, reused) converges in a few steps of one rate evaluation each, where each
+    Newton step pays for a new Jacobian. Both stop once the rates, relative to their
+    sensitivity to the controls, are at round-off, and take one more step from there.
+    The loops are never differentiated: the derivative (implicit solvers differentiate
+    the field) comes from the implicit function theorem at the solution
+    (:func:`_newton_controls_jvp`)."""
+    residual = functools.partial(_rates_residual, system, y=y, data=data, base=base, idx=idx, valid=valid)
+    J, r = jax.jacfwd(residual, has_aux=True)(c)
+    inverse, scale = _damped_inverse(J, floor)
+
+    def chord(carry):
+        c, step, res, i, _ = carry
+        r = residual(c - step)[0]
+        res_new = jnp.max(jnp.abs(r))
+        # Kept only while the residual at least halves (a far start, e.g. no warm
+        # controls, can make the chord diverge): else Newton goes on from the last kept.
+        good = res_new <= 0.5 * res
+        return (
+            jnp.where(good, c - step, c), jnp.where(good, inverse @ r, step),
+            jnp.where(good, res_new, res), i + 1, good,
+        )  # fmt: skip
+
+    def chord_unsolved(carry):
+        _, _, res, i, good = carry
+        return good & (i < _CHORD_MAX) & (res > _NEWTON_TOL * scale)
+
+    res0 = jnp.max(jnp.abs(r))
+    c, step, res, _, _ = jax.lax.while_loop(chord_unsolved, chord, (c, inverse @ r, res0, 0, jnp.isfinite(res0)))
 
     def newton(carry):
         c, _, _, i = carry
-        J, r = jax.jacfwd(_rates_residual, argnums=1, has_aux=True)(system, c, y, data, base, idx, valid)
-        step, scale = _damped_solve(J, r, floor)
-        return c - step, jnp.max(jnp.abs(r)), scale, i + 1
+        J, r = jax.jacfwd(residual, has_aux=True)(c)
+        inverse, scale = _damped_inverse(J, floor)
+        return c - inverse @ r, jnp.max(jnp.abs(r)), scale, i + 1
 
     def unsolved(carry):
         _, res, scale, i = carry
         return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale)
 
-    return jax.lax.while_loop(unsolved, newton, (c, jnp.inf, 1.0, 0))[0]
+    # Converged chords enter with ``res`` at tolerance: no Newton step, just the last chord step.
+    c = jnp.where(res > _NEWTON_TOL * scale, c, c - step)
+    return jax.lax.while_loop(unsolved, newton, (c, res, scale, 0))[0]
 
 
 @_newton_controls.defjvp
@@ -402,22 +499,24 @@ def _newton_controls_jvp(system, primals, tangents):
     """``J·dc = −dr``: the rates stay zero to first order."""
     y, data, c0, base, idx, valid, floor = primals
     c = _newton_controls(system, *primals)
-    J, _ = jax.jacfwd(_rates_residual, argnums=1, has_aux=True)(system, c, y, data, base, idx, valid)
-    rates = lambda y, data: _rates_residual(system, c, y, data, base, idx, valid)[0]  # noqa: E731
-    _, r_dot = jax.jvp(rates, (y, data), tuple(tangents[:2]))
-    return c, -_damped_solve(J, r_dot, floor)[0]
+    residual = functools.partial(_rates_residual, system, base=base, idx=idx, valid=valid)
+    J, _ = jax.jacfwd(residual, has_aux=True)(c, y=y, data=data)
+    _, r_dot = jax.jvp(lambda y, data: residual(c, y=y, data=data)[0], (y, data), tuple(tangents[:2]))
+    return c, -_damped_inverse(J, floor)[0] @ r_dot
 
 
 _BLOCK_POINTS = 8  # depth 2 with at most this many points: per-neuron block solves
 
 
 def _solve_small(A, b):
-    """Solve ``A x = b`` for small ``(..., n, n)`` systems (any leading axes) by
-    Gauss–Jordan elimination with partial pivoting, unrolled and written with selects
-    only: under ``vmap`` on CPU this is far cheaper than a batched LAPACK call for the
-    tiny systems of sliding controls, and it fuses with the code around it."""
-    n = b.shape[-1]
-    M = jnp.concatenate([A, b[..., None]], axis=-1)
+    """Solve ``A x = b`` for small ``(..., n, n)`` systems (any leading axes; ``b`` is
+    ``(..., n)`` or a matrix ``(..., n, m)`` of right-hand sides) by Gauss–Jordan
+    elimination with partial pivoting, unrolled and written with selects only: under
+    ``vmap`` on CPU this is far cheaper than a batched LAPACK call for the tiny systems of
+    sliding controls, and it fuses with the code around it."""
+    n = A.shape[-1]
+    vector = b.ndim == A.ndim - 1
+    M = jnp.concatenate([A, b[..., None] if vector else b], axis=-1)
     rows = jnp.arange(n)
     for col in range(n):
         piv = jnp.argmax(jnp.where(rows >= col, jnp.abs(M[..., :, col]), -1.0), axis=-1)
@@ -428,4 +527,4 @@ def _solve_small(A, b):
         M = jnp.where(is_col, row_piv, jnp.where(is_piv, row_col, M))
         pivot_row = M[..., col : col + 1, :] / M[..., col : col + 1, col : col + 1]
         M = jnp.where(is_col, pivot_row, M - M[..., :, col : col + 1] * pivot_row)
-    return M[..., :, n]
+    return M[..., :, n] if vector else M[..., :, n:]

@@ -35,7 +35,7 @@ def relu(z):
     return jnp.where(z > 0, z, 0.0)
 
 
-def forward(params, X, slopes=None):
+def forward(params, X, slopes=None, held=False):
     """Network output and hidden pre-activations.
 
     Arguments:
@@ -47,6 +47,12 @@ def forward(params, X, slopes=None):
             one activation region, whose gradient is the one-sided gradient field; a
             slope in ``(0, 1)`` on a pre-activation held at zero gives the Filippov
             field with that equivalent control.
+        held: with ``slopes``, let a unit with a slope other than 0 or 1 (held on its surface)
+            output exactly 0 (``h = slope * (p − p)``, the second ``p`` a constant:
+            value 0, derivative ``slope * dp``), so that the round-off by which an
+            integrated ``p`` misses its surface does not reach the pre-activations
+            above it. The gradient field keeps ``h = slope * p`` (``held=False``): with
+            it the SPEC §3 invariants hold exactly at every state, surface or not.
 
     Returns:
         ``(out, pre)``: output of shape ``(n, d_k)`` and the list of ``k-1``
@@ -57,7 +63,11 @@ def forward(params, X, slopes=None):
     for layer, W in enumerate(params[:-1]):
         p = _times_transpose(h, W)
         pre.append(p)
-        h = relu(p) if slopes is None else slopes[layer] * p
+        if slopes is None:
+            h = relu(p)
+        else:
+            s = slopes[layer]
+            h = s * (jnp.where((s != 0) & (s != 1), p - jax.lax.stop_gradient(p), p) if held else p)
     return _times_transpose(h, params[-1]), pre
 
 
@@ -73,9 +83,10 @@ def _times_transpose(h, W):
     return jnp.sum(h[:, None, :] * W[None, :, :], axis=-1)
 
 
-def preactivations(params, X, slopes=None):
-    """All hidden pre-activations as one flat vector of length ``P`` (module docstring)."""
-    _, pre = forward(params, X, slopes)
+def preactivations(params, X, slopes=None, held=False):
+    """All hidden pre-activations as one flat vector of length ``P`` (module docstring);
+    ``slopes`` and ``held`` as in :func:`forward`."""
+    _, pre = forward(params, X, slopes, held)
     if not pre:
         return jnp.zeros((0,), X.dtype)
     return jnp.concatenate([p.T.reshape(-1) for p in pre])

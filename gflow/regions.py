@@ -74,6 +74,8 @@ def _apply(mode, kind, direction):
         return SLIDING
     if kind in (Kind.CROSS, Kind.SLIDE_END):
         return ACTIVE if direction > 0 else INACTIVE
+    if kind == Kind.CUT:
+        return INACTIVE
     return mode
 
 

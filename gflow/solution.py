@@ -61,7 +61,8 @@ class Crossings(eqx.Module):
         layer, neuron, point: the pre-activation (see :mod:`gflow.networks`).
         direction: +1 the unit becomes active, -1 it becomes inactive, 0 neither
             (slide start, touch, repel).
-        kind: a :class:`gflow.Kind` code (cross, slide start, slide end, touch, repel).
+        kind: a :class:`gflow.Kind` code (cross, slide start, slide end, touch, repel,
+            cut).
         count: number of events.
     """
 

@@ -199,3 +199,33 @@ def test_sliding_controls_derivative_matches_central_differences():
         central = (np.asarray(slopes(y + h * v, data, mode)) - np.asarray(slopes(y - h * v, data, mode))) / (2 * h)
         error = np.max(np.abs(np.asarray(derivative_of(y, v, data, mode)) - central))
         assert error <= 1e-7 * max(1.0, np.max(np.abs(central))), (seed, error)
+
+
+def test_vanishing_point_is_cut_and_decided_alike_at_every_tolerance():
+    """Bias-free degeneracy: where the last active unit of a layer at a point reaches its
+    surface, every unit above it at that point reaches its own surface at the same instant.
+
+    Seed 2 (depth 3, weight decay): seven surfaces meet at t ≈ 0.9234, and the engine
+    used to pick what follows by round-off (loss 1.458 at rtol 1e-10, 2.761 at 1e-12).
+    Now both tolerances end at the same point. Seed 0: point 2 loses its first-layer
+    activations at t ≈ 0.167, its second-layer units are cut (``Kind.CUT``), and from
+    then on the point takes no part in the flow: the rest of the trajectory must be the
+    flow on the other seven points, integrated from the state saved at t = 0.2.
+    """
+    widths, lam = (4, 6, 6, 1), 1e-2
+    params, X, Y = _stack([_problem(s, widths, 8) for s in (2, 0)])
+    kw = dict(t1=3.0, weight_decay=lam, saveat=[0.2])
+    loose = gflow.simulate_batch(params, X, Y, rtol=1e-10, atol=1e-12, **kw)
+    tight = gflow.simulate_batch(params, X, Y, rtol=1e-12, atol=1e-14, **kw)
+    assert np.all(loose.status == Status.REACHED_T1) and np.all(tight.status == Status.REACHED_T1)
+    assert max_diff(loose.params, tight.params) <= 1e-6
+
+    events = tight[1].crossings
+    cut = events.kind == gflow.Kind.CUT
+    assert np.any(cut) and set(events.point[cut]) == {2} and np.all(events.t[cut] < 0.2)
+    assert not np.any((events.layer == 0) & (events.point == 2) & (events.t > 0.2))  # stays cut
+    keep = np.arange(8) != 2
+    rest = gflow.simulate(
+        [W[1, 0] for W in tight.ys], X[1][keep], Y[1][keep], t1=2.8, weight_decay=lam, rtol=1e-12, atol=1e-14
+    )
+    assert max_diff(rest.params, tight[1].params) <= 1e-8
