@@ -229,3 +229,26 @@ def test_vanishing_point_is_cut_and_decided_alike_at_every_tolerance():
         [W[1, 0] for W in tight.ys], X[1][keep], Y[1][keep], t1=2.8, weight_decay=lam, rtol=1e-12, atol=1e-14
     )
     assert max_diff(rest.params, tight[1].params) <= 1e-8
+
+
+def test_cut_spreads_upwards_point_by_point():
+    """``System.cut`` on hand-set modes, widths (2, 3, 2) on two points: at point 0 the
+    first layer has no active unit (one inactive, one held on its surface), so both
+    layers above are cut there and the held unit is stranded; at point 1 the first layer
+    is active, the second is not (one unit held), so only the third layer is cut there."""
+    from gflow import events
+    from gflow.flow import _unravel_for
+    from gflow.networks import index_table
+
+    n, widths = 2, (2, 3, 2)
+    system = events.System(_unravel_for([(2, 2), (3, 2), (2, 3), (1, 2)]), "square", n, widths, 4)
+    layer, neuron, point = index_table(n, widths)
+    off, on, held = events.INACTIVE, events.ACTIVE, events.SLIDING
+    mode = np.full(system.P, on)
+    mode[(layer == 0) & (point == 0)] = [off, held]
+    mode[(layer == 1) & (point == 1)] = [off, held, off]
+    cut, strand = (np.asarray(m) for m in system.cut(mode))
+    np.testing.assert_array_equal(cut, (layer > 0) & (point == 0) | (layer == 2) & (point == 1))
+    # Stranded: every unit of a layer-point with no active unit (the cut ones included),
+    # below the last hidden layer.
+    np.testing.assert_array_equal(strand, (layer == 0) & (point == 0) | (layer == 1))
