@@ -1,0 +1,90 @@
+"""One large deep network, every kink handled: issue 4's scale (depth, width, points).
+
+The problem of the README's "Scale" table: widths ``(5, m, …, m, 1)`` with ``depth − 1``
+hidden layers of width ``m``, Xavier-normal weights (``jax.random.PRNGKey(2)``), ``n``
+inputs ``jax.random.normal(PRNGKey(0), (n, 5))`` on the unit sphere, targets
+``|N(0, 1)| + 0.5`` (``PRNGKey(1)``), square loss, ``gflow.simulate`` with
+``events="stop"`` to ``t1`` (rtol 1e-8, atol 1e-10, at most 20,000 iterations).
+
+Reported: status, time reached, iterations (accepted / rejected), events by kind, the
+loss at the start and the end (gflow's, and NumPy's from ``gflow.reference`` for the same
+end point), the SPEC §3 drift, the units sliding at the end, and the wall time of the
+one call (compilation included: a run this size compiles once). One run, no ratio: this
+is a capacity measurement, not a comparison.
+
+Run: ``python -m benchmarks.deep_scale [--depth 10 --width 20 --points 20 --t1 100
+--max-sliding 64] [--out benchmarks/results/deep_scale.json]``. The README's rows took
+11–27 minutes each on the 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from ._machine import describe, machine_info, save_record
+
+
+def problem(depth, width, n):
+    """Start, inputs and targets of the scale problem (module docstring)."""
+    import jax
+
+    import gflow
+
+    X = np.array(jax.random.normal(jax.random.PRNGKey(0), (n, 5)))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    Y = np.abs(np.asarray(jax.random.normal(jax.random.PRNGKey(1), (n, 1)))) + 0.5
+    widths = (5,) + (width,) * (depth - 1) + (1,)
+    params = [np.asarray(W) for W in gflow.init_params(jax.random.PRNGKey(2), widths)]
+    return params, X, Y
+
+
+def run(depth, width, n, t1, max_sliding):
+    import gflow
+    from gflow.reference import balance_drift, loss_value
+
+    params, X, Y = problem(depth, width, n)
+    t = time.perf_counter()
+    sol = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=20_000, max_sliding=max_sliding)
+    wall = time.perf_counter() - t
+    end = [np.asarray(W) for W in sol.params]
+    kinds = {}
+    for r in sol.crossings.rows():
+        kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+    return dict(
+        depth=depth, width=width, n=n, preactivations=n * width * (depth - 1), t1=t1, max_sliding=max_sliding,
+        status=sol.status.name, t=float(sol.t), stats={k: int(v) for k, v in sol.stats.items()}, events=kinds,
+        loss0=float(loss_value(params, X, Y, "square")), loss=float(sol.loss),
+        loss_numpy=float(loss_value(end, X, Y, "square")), drift=balance_drift(params, end),
+        sliding_at_end=int(np.sum(np.asarray(sol.final_modes) == gflow.events.SLIDING)), wall_s=wall,
+    )  # fmt: skip
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.deep_scale", description=__doc__.split("\n")[0])
+    parser.add_argument("--depth", type=int, default=10, help="layers (default 10: 9 hidden)")
+    parser.add_argument("--width", type=int, default=20, help="hidden width (default 20)")
+    parser.add_argument("--points", type=int, default=20, help="data points (default 20)")
+    parser.add_argument("--t1", type=float, default=100.0)
+    parser.add_argument("--max-sliding", type=int, default=64)
+    parser.add_argument("--out", default="benchmarks/results/deep_scale.json")
+    args = parser.parse_args(argv)
+    import gflow  # noqa: F401  (float64)
+
+    machine = machine_info()
+    r = run(args.depth, args.width, args.points, args.t1, args.max_sliding)
+    s = r["stats"]
+    print(f"depth {r['depth']}, width {r['width']}, {r['n']} points ({r['preactivations']} pre-activations), "
+          f"t1 {r['t1']:g}, max_sliding {r['max_sliding']}")  # fmt: skip
+    print(f"status {r['status']} at t = {r['t']:.4g}; iterations {s['num_iterations']} "
+          f"({s['num_accepted']} accepted, {s['num_rejected']} rejected); events {r['events']}")  # fmt: skip
+    print(f"loss {r['loss0']:.4g} -> {r['loss']:.4g} (NumPy {r['loss_numpy']:.4g}); §3 drift {r['drift']:.1e}; "
+          f"sliding at the end {r['sliding_at_end']}; wall {r['wall_s']:.1f} s (compilation included)")  # fmt: skip
+    print(describe(machine))
+    save_record(args.out, "deep_scale", vars(args), machine, r)
+
+
+if __name__ == "__main__":
+    main()
