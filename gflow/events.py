@@ -401,8 +401,7 @@ class System:
         if deep:
             _, pdot = self.field_and_rates(y, data, self.base_slopes(mode1, control2))
             up2 = jnp.where(stranded, pdot > 0, up2)  # a zero rate: inactive (σ'(0) = 0)
-            mode1 = jnp.where(stranded, SLIDING, mode1)
-        leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0) | stranded)
+        leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0)) | stranded
         mode2 = jnp.where(leave, jnp.where(up2, ACTIVE, INACTIVE), mode1)
         leave_dir = jnp.where(up2, 1, -1).astype(jnp.int32)
         # A unit that would start sliding and leave in the same instant has simply crossed
