@@ -4,7 +4,8 @@ The problem of the README's "Scale" table: widths ``(5, m, …, m, 1)`` with ``d
 hidden layers of width ``m``, Xavier-normal weights (``jax.random.PRNGKey(2)``), ``n``
 inputs ``jax.random.normal(PRNGKey(0), (n, 5))`` on the unit sphere, targets
 ``|N(0, 1)| + 0.5`` (``PRNGKey(1)``), square loss, ``gflow.simulate`` with
-``events="stop"`` to ``t1`` (rtol 1e-8, atol 1e-10, at most 20,000 iterations).
+``events="stop"`` to ``t1`` (rtol 1e-8, atol 1e-10, at most ``--max-steps`` iterations,
+default 20,000).
 
 Reported: status, time reached, iterations (accepted / rejected), events by kind, the
 loss at the start and the end (gflow's, and NumPy's from ``gflow.reference`` for the same
@@ -13,8 +14,8 @@ one call (compilation included: a run this size compiles once). One run, no rati
 is a capacity measurement, not a comparison.
 
 Run: ``python -m benchmarks.deep_scale [--depth 10 --width 20 --points 20 --t1 100
---max-sliding 64] [--out benchmarks/results/deep_scale.json]``. The README's rows took
-11–27 minutes each on the 2-core CPU.
+--max-sliding 64 --max-steps 20000] [--out benchmarks/results/deep_scale.json]``. The
+README's rows took 11–27 minutes each on the 2-core CPU.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ def problem(depth, width, n):
     return params, X, Y
 
 
-def run(depth, width, n, t1, max_sliding):
+def run(depth, width, n, t1, max_sliding, max_steps=20_000):
     import gflow
     from gflow.reference import balance_drift, loss_value
 
     params, X, Y = problem(depth, width, n)
     t = time.perf_counter()
-    sol = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=20_000, max_sliding=max_sliding)
+    sol = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=max_steps, max_sliding=max_sliding)
     wall = time.perf_counter() - t
     end = [np.asarray(W) for W in sol.params]
     kinds = {}
@@ -55,6 +56,7 @@ def run(depth, width, n, t1, max_sliding):
         kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
     return dict(
         depth=depth, width=width, n=n, preactivations=n * width * (depth - 1), t1=t1, max_sliding=max_sliding,
+        max_steps=max_steps,
         status=sol.status.name, t=float(sol.t), stats={k: int(v) for k, v in sol.stats.items()}, events=kinds,
         loss0=float(loss_value(params, X, Y, "square")), loss=float(sol.loss),
         loss_numpy=float(loss_value(end, X, Y, "square")), drift=balance_drift(params, end),
@@ -69,12 +71,13 @@ def main(argv=None):
     parser.add_argument("--points", type=int, default=20, help="data points (default 20)")
     parser.add_argument("--t1", type=float, default=100.0)
     parser.add_argument("--max-sliding", type=int, default=64)
+    parser.add_argument("--max-steps", type=int, default=20_000, help="iterations at most (default 20,000)")
     parser.add_argument("--out", default="benchmarks/results/deep_scale.json")
     args = parser.parse_args(argv)
     import gflow  # noqa: F401  (float64)
 
     machine = machine_info()
-    r = run(args.depth, args.width, args.points, args.t1, args.max_sliding)
+    r = run(args.depth, args.width, args.points, args.t1, args.max_sliding, args.max_steps)
     s = r["stats"]
     print(f"depth {r['depth']}, width {r['width']}, {r['n']} points ({r['preactivations']} pre-activations), "
           f"t1 {r['t1']:g}, max_sliding {r['max_sliding']}")  # fmt: skip

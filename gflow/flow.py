@@ -125,14 +125,14 @@ def compiled(cfg: Config):
         # Kinks are not stopped at: the slopes are the ReLU derivatives at the state itself
         # (σ'(0) = 0), so the field is the plain autodiff gradient and the step controller
         # absorbs the kinks; crossings are read off the dense solution afterwards.
-        def slopes_of(y, data, mode, control, n_sliding):
+        def slopes_of(y, data, mode, control, n_sliding, chord=None):
             return (system.preacts(y, data) > 0).astype(y.dtype)
     else:
         slopes_of = system.slopes
 
     def vector_field(t, y, args):
-        mode, control, data, n_sliding = args
-        return system.field(y, data, slopes_of(y, data, mode, control, n_sliding))
+        mode, control, data, n_sliding, chord = args
+        return system.field(y, data, slopes_of(y, data, mode, control, n_sliding, chord))
 
     terms = diffrax.ODETerm(vector_field)
     error_order = base_solver.order(terms) + 1
@@ -191,7 +191,8 @@ def compiled(cfg: Config):
             n_sliding = jnp.max(jnp.sum(mode == ev.SLIDING, axis=1))  # most units sliding in any lane
 
             def member_start(y, mode, control, data):
-                args = (mode, control, data, n_sliding)
+                chord = None if cfg.through else system.chord(y, data, mode, control, n_sliding)
+                args = (mode, control, data, n_sliding, chord)
                 t_next, pid = controller.init(terms, 0.0, t1, y, None, args, solver.func, error_order)
                 fsal = solver.init(terms, 0.0, t_next, y, args) if rk is None else vector_field(0.0, y, args)
                 return t_next, pid, fsal
@@ -246,10 +247,10 @@ def compiled(cfg: Config):
         def interpolant(t0, t_next, dense):
             return solver.interpolation_cls(t0=t0, t1=t_next, **dense)
 
-        def member_step(s, data, n_sliding):
+        def member_step(s, data, n_sliding, chord):
             h = jnp.where(s.forced, s.dt, jnp.minimum(s.dt, t1 - s.t))
             t_next = s.t + h
-            args = (s.mode, s.control, data, n_sliding)
+            args = (s.mode, s.control, data, n_sliding, chord)
             if rk is None:
                 y1, y_err, dense, fsal1, _ = solver.step(terms, s.t, t_next, s.y, args, s.fsal, s.made_jump)
             else:
@@ -280,7 +281,7 @@ def compiled(cfg: Config):
                     flip=flip, t_cross=t_s[:-1, None] + (t_s[1:] - t_s[:-1])[:, None] * frac,
                     dirs=jnp.where(pos[1:], 1, -1), mode_end=jnp.where(pos[-1], ev.ACTIVE, ev.INACTIVE).astype(s.mode.dtype),
                 )  # fmt: skip
-            G, C = vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding))(ys)
+            G, C = vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding, chord))(ys)
             G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
             # A unit that has not yet left the round-off band since its last event fires
             # only once it is clearly past its surface (no events from noise).
@@ -298,13 +299,13 @@ def compiled(cfg: Config):
                 G_hi=G[m + 1], shift=shift, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0),
             )  # fmt: skip
 
-        def member_locate(s, o, data, n_sliding):
+        def member_locate(s, o, data, n_sliding, chord):
             """Illinois on H(τ) = min over candidates of their guards; keeps H(lo) > 0 ≥ H(hi)."""
             interp = interpolant(s.t, o["t_next"], o["dense"])
 
             def H(tau):
                 y = interp.evaluate(tau)
-                g, _ = system.guards(y, data, s.mode, s.control, n_sliding)
+                g, _ = system.guards(y, data, s.mode, s.control, n_sliding, chord)
                 g = jnp.where(jnp.isnan(g), -1.0, g) + o["shift"]
                 return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
 
@@ -338,10 +339,10 @@ def compiled(cfg: Config):
         def member_handle(y, mode, control, pending, data):
             return system.handle(y, data, mode, control, pending)
 
-        def member_checks(y, mode, control, data, n_sliding):
+        def member_checks(y, mode, control, data, n_sliding, chord):
             if not (cfg.use_gtol or cfg.use_dtol):
                 return jnp.inf, (system.loss(y, data) if cfg.use_ltol else jnp.inf), jnp.inf
-            f = system.field(y, data, slopes_of(y, data, mode, control, n_sliding))
+            f = system.field(y, data, slopes_of(y, data, mode, control, n_sliding, chord))
             loss = system.loss(y, data) if cfg.use_ltol else jnp.inf
             # How fast the direction moves per unit of log‖θ‖: ‖d(θ/‖θ‖)/d log‖θ‖‖ =
             # ‖f_⊥‖/(θ̂·f) = tan ∠(θ, f), infinite while ‖θ‖ does not grow.
@@ -363,15 +364,20 @@ def compiled(cfg: Config):
                         jnp.any(fresh),
                         lambda: jnp.where(
                             fresh[:, None],
-                            vmap(vector_field, in_axes=(0, 0, (0, 0, 0, None)))(
-                                s.t, s.y, (s.mode, s.control, data, n_sliding)
+                            vmap(vector_field, in_axes=(0, 0, (0, 0, 0, None, None)))(
+                                s.t, s.y, (s.mode, s.control, data, n_sliding, None)
                             ),
                             s.fsal,
                         ),
                         lambda: s.fsal,
                     )
                 )
-            o = vmap(member_step, in_axes=(0, 0, None))(s, data, n_sliding)
+            # Deep networks: one Jacobian of the sliding rates per step, at its start, for
+            # the sliding controls of all its stages and guards (System.chord).
+            chord = None
+            if not cfg.through:
+                chord = vmap(system.chord, in_axes=(0, 0, 0, 0, None))(s.y, data, s.mode, s.control, n_sliding)
+            o = vmap(member_step, in_axes=(0, 0, None, 0))(s, data, n_sliding, chord)
             has_event = o["has_event"] & running
             accept = o["keep"] & ~has_event & o["finite"]
             forced_done = accept & s.forced
@@ -390,9 +396,14 @@ def compiled(cfg: Config):
                 mode = jnp.where(done[:, None], o["mode_end"], s.mode)
                 control, pending = s.control, s.pending
             else:
+                # The guards of units off their surfaces do not depend on the sliding
+                # controls (held units output exactly 0 to the layers above): locating
+                # an event solves the controls only if some candidate slides.
+                slides = o["cand"] & (s.mode == ev.SLIDING) & has_event[:, None]
+                locate_sliding = jnp.where(jnp.any(slides), n_sliding, 0)
                 t_e, new_pending = jax.lax.cond(
                     jnp.any(has_event),
-                    lambda: vmap(member_locate, in_axes=(0, 0, 0, None))(s, o, data, n_sliding),
+                    lambda: vmap(member_locate, in_axes=(0, 0, 0, None, 0))(s, o, data, locate_sliding, chord),
                     lambda: (o["hi"], jnp.zeros((L, P), bool)),
                 )
                 # Resolve the crossings at the end of forced steps.
@@ -430,7 +441,9 @@ def compiled(cfg: Config):
             # Save requested times inside accepted steps.
             saved, save_i = _save(s, o, accept & running)
             # Stopping.
-            gnorm, loss, speed = vmap(member_checks, in_axes=(0, 0, 0, 0, None))(y, mode, control, data, n_sliding)
+            gnorm, loss, speed = vmap(member_checks, in_axes=(0, 0, 0, 0, None, 0))(
+                y, mode, control, data, n_sliding, chord
+            )
             n_iter = s.n_iter + 1
             step_collapsed = ~o["keep"] & (o["dt_new"] <= 1e-14 * jnp.maximum(jnp.abs(s.t), 1.0))
             status = jnp.select(

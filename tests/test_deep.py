@@ -201,6 +201,43 @@ def test_sliding_controls_derivative_matches_central_differences():
         assert error <= 1e-7 * max(1.0, np.max(np.abs(central))), (seed, error)
 
 
+def test_sliding_rates_jacobian_is_the_autodiff_jacobian():
+    """The sliding controls' Jacobian is assembled point by point (a slope acts at its own
+    point only, and every loss is a sum over points): it must equal ``jacfwd`` of the
+    sliding rates through the whole field, for every loss, with weight decay, with units
+    sliding in every hidden layer and several at one point, away from the solution (so
+    the term through the pre-activations' own gradients counts: without it the error is
+    of order 1)."""
+    import functools
+
+    import jax.numpy as jnp
+
+    from gflow import events
+    from gflow.flow import _unravel_for
+
+    widths, n, K = (3, 4, 5, 3, 1), 6, 16
+    shapes = [(o, i) for i, o in zip(widths[:-1], widths[1:])]
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(n, 3))
+    for loss, wd in (("square", 0.0), ("mse", 0.01), ("exponential", 0.1), ("logistic", 0.0)):
+        system = events.System(_unravel_for(shapes), loss, n, widths[1:-1], K)
+        labels = loss in gflow.losses.CLASSIFICATION
+        Y = np.where(rng.normal(size=n) > 0, 1.0, -1.0) if labels else rng.normal(size=(n, 1))
+        y = np.concatenate([rng.normal(size=s).reshape(-1) for s in shapes])
+        data = (X, Y, wd)
+        mode = np.where(np.asarray(system.preacts(y, data)) > 0, events.ACTIVE, events.INACTIVE)
+        sliding = np.sort(rng.choice(system.P, 10, replace=False))
+        mode[sliding] = events.SLIDING
+        idx = jnp.asarray(np.append(sliding, [system.P] * (K - 10)))
+        base = system.base_slopes(jnp.asarray(mode), jnp.zeros(system.P))
+        kw = dict(y=y, data=data, base=base, idx=idx, valid=idx < system.P)
+        c = np.where(idx < system.P, rng.uniform(size=K), 0.0)
+        expected = jax.jacfwd(functools.partial(events._rates_residual, system, **kw))(c)
+        J, r = events._residual_and_jacobian(system, c, **kw)
+        assert np.max(np.abs(r - events._rates_residual(system, c, **kw))) == 0.0
+        assert max_diff(J, expected) <= 1e-12 * np.max(np.abs(expected)), loss
+
+
 def test_vanishing_point_is_cut_and_decided_alike_at_every_tolerance():
     """Bias-free degeneracy: where the last active unit of a layer at a point reaches its
     surface, every unit above it at that point reaches its own surface at the same instant.
