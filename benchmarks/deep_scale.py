@@ -15,7 +15,7 @@ is a capacity measurement, not a comparison.
 
 Run: ``python -m benchmarks.deep_scale [--depth 10 --width 20 --points 20 --t1 100
 --max-sliding 64 --max-steps 20000] [--out benchmarks/results/deep_scale.json]``. The
-README's rows took 11–27 minutes each on the 2-core CPU.
+README's rows took 5–27 minutes each on the 2-core CPU.
 """
 
 from __future__ import annotations
