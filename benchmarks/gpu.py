@@ -19,13 +19,18 @@ gflow's own ``1e-8``/``1e-10``). For each batch size:
   is constant); the ratio recipe / gflow.
 - agreement: the first ``--check`` members rerun at ``rtol 1e-12, atol 1e-14``; the largest
   difference of the final weights.
+- against the CPU (``--reference FILE``): end points, statuses and event counts of the
+  first members computed on a CPU at the same settings (made there with
+  ``--write-reference FILE``); the largest weight difference and how many members end
+  with another status or another number of events.
 
 On a machine whose JAX backend is not a GPU the script refuses (exit status 2) unless
 ``--allow-cpu`` is given, which runs it at tiny batch sizes (``16,64`` unless
 ``--batches`` says otherwise) and writes its JSON to the temporary folder unless ``--out``
 says otherwise, so that a CPU run never stands in for a GPU result. Results are printed
 with Rich and written atomically to JSON (default ``benchmarks/results/gpu.json``) with
-the machine and package versions.
+the machine and package versions; the file is rewritten after each batch size, so a run
+cut short keeps the sizes it finished.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import sys
 import tempfile
 import time
 
-GPU_BATCHES = (1_000, 10_000, 100_000, 1_000_000)
+GPU_BATCHES = (288, 1_000, 10_000, 100_000, 1_000_000)
 CPU_BATCHES = (16, 64)
 RECIPE_STEPS = 3_000_000
 RECIPE_LR = 5e-5  # on L = ½Σ‖·‖², i.e. MSE lr 1e-4
@@ -122,6 +127,10 @@ def bench_one(B, lanes, args, log):
         tight = gflow.simulate_batch(sub, X, Y, loss="square", t1=args.t1, rtol=1e-12, atol=1e-14, lanes=c)
         diff = max(float(np.max(np.abs(a[:c] - b))) for a, b in zip(sol.params, tight.params))
         check = dict(members=c, rtol=1e-12, atol=1e-14, max_abs_weight_diff=diff)
+    against_cpu = None
+    if args.reference:
+        against_cpu = compare_reference(args.reference, sol, args)
+        log(f"[B={B}] against the CPU: {against_cpu}")
     dev = jax.devices()[0]
     return dict(
         batch=B,
@@ -141,6 +150,61 @@ def bench_one(B, lanes, args, log):
         host_peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         gd=gd,
         agreement=check,
+        against_cpu=against_cpu,
+    )
+
+
+def _endpoints(sol, n):
+    import numpy as np
+
+    out = {f"W{i}": np.asarray(W[:n]) for i, W in enumerate(sol.params)}
+    out["status"] = np.asarray(sol.status[:n])
+    out["events"] = np.asarray(sol.crossings.count[:n])
+    return out
+
+
+def write_reference(path, args):
+    """End points of the first ``--check`` members at this run's settings, for
+    ``--reference`` on another machine."""
+    import jax
+    import numpy as np
+
+    import gflow
+    from gflow import theory
+
+    X, Y = theory.authors_data()
+    n = args.check
+    params = [np.asarray(W) for W in gflow.init_params(jax.random.PRNGKey(args.seed), (2, 2, 2), batch=n)]
+    sol = gflow.simulate_batch(params, X, Y, loss="square", t1=args.t1, rtol=args.rtol, atol=args.atol)
+    settings = np.array([args.seed, args.t1, args.rtol, args.atol])
+    tmp = f"{path}.tmp.npz"
+    np.savez(tmp, settings=settings, backend=np.array(jax.default_backend()), **_endpoints(sol, n))
+    os.replace(tmp, path)
+    print(f"wrote {path}: {n} members on {jax.default_backend()}")
+
+
+def compare_reference(path, sol, args):
+    """Largest weight difference, and members with another status or event count, between
+    this run and the end points in ``path`` (same seed, ``t1``, tolerances)."""
+    import numpy as np
+
+    ref = np.load(path)
+    want = np.array([args.seed, args.t1, args.rtol, args.atol])
+    if not np.array_equal(ref["settings"], want):
+        raise ValueError(
+            f"--reference {path!r} was made with seed, t1, rtol, atol = {ref['settings'].tolist()}, "
+            f"expected {want.tolist()} (this run's)"
+        )
+    n = min(len(ref["status"]), len(sol.status))
+    got = _endpoints(sol, n)
+    k = sum(1 for key in ref.files if key.startswith("W"))
+    diff = max(float(np.max(np.abs(got[f"W{i}"] - ref[f"W{i}"][:n]))) for i in range(k))
+    return dict(
+        members=n,
+        reference_backend=str(ref["backend"]),
+        max_abs_weight_diff=diff,
+        other_status=int(np.sum(got["status"] != ref["status"][:n])),
+        other_event_count=int(np.sum(got["events"] != ref["events"][:n])),
     )
 
 
@@ -169,6 +233,7 @@ def print_table(results, machine, config):
         "JAX recipe s (extrap.)",
         "recipe / gflow",
         "max |Δθ| vs 1e-12",
+        "max |Δθ| vs CPU",
     ):
         t.add_column(col, justify="right")
     for r in results:
@@ -186,6 +251,7 @@ def print_table(results, machine, config):
             "n/a" if gd is None else f"{gd['recipe_s_extrapolated']:.1f}",
             "n/a" if gd is None else f"{gd['ratio_recipe_over_gflow']:.1f}×",
             "n/a" if r["agreement"] is None else f"{r['agreement']['max_abs_weight_diff']:.2g}",
+            "n/a" if r["against_cpu"] is None else f"{r['against_cpu']['max_abs_weight_diff']:.2g}",
         )
     console = Console(width=160)
     console.print(t)
@@ -196,7 +262,7 @@ def main(argv=None):
     from .gd import run_info  # first: it sets XLA_FLAGS before JAX is imported
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", type=_ints, help="batch sizes (default 1000,10000,100000,1000000; 16,64 on CPU)")
+    parser.add_argument("--batches", type=_ints, help="batch sizes (default 288,1000,10000,100000,1000000; 16,64 on CPU)")
     parser.add_argument("--t1", type=float, default=150.0)
     parser.add_argument("--rtol", type=float, default=1e-8)
     parser.add_argument("--atol", type=float, default=1e-10)
@@ -210,6 +276,10 @@ def main(argv=None):
     parser.add_argument("--gd-steps", type=int, default=10_000, help="JAX GD steps timed per batch size (0 skips)")
     parser.add_argument("--check", type=int, default=1000, help="members rerun at rtol 1e-12 (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reference", help="npz of CPU end points (--write-reference) to compare with")
+    parser.add_argument(
+        "--write-reference", metavar="FILE", help="write the first --check members' end points to FILE and stop"
+    )
     parser.add_argument("--allow-cpu", action="store_true", help="run on a CPU backend (tiny sizes by default)")
     parser.add_argument(
         "--out",
@@ -223,6 +293,9 @@ def main(argv=None):
     import gflow  # noqa: F401  (enables float64 before any array is made)
 
     backend = jax.default_backend()
+    if args.write_reference:
+        write_reference(args.write_reference, args)
+        return 0
     if backend != "gpu" and not args.allow_cpu:
         print(
             f"benchmarks.gpu: JAX's backend here is {backend!r} ({', '.join(str(d) for d in jax.devices())}), not a "
@@ -244,15 +317,6 @@ def main(argv=None):
 
     machine = run_info()
     machine["gpu"] = [getattr(d, "device_kind", str(d)) for d in jax.devices()]
-    start = time.perf_counter()
-    results = []
-    for B in batches:
-        seen = set()
-        for lanes in args.lanes:
-            L = B if lanes is None else min(lanes, B)
-            if L not in seen:
-                seen.add(L)
-                results.append(bench_one(B, lanes, args, log))
     config = dict(
         problem="authors' two-point data (gflow.theory.authors_data), 2-2-2 bias-free ReLU, square loss",
         init="xavier_normal",
@@ -265,15 +329,31 @@ def main(argv=None):
         gd_steps=args.gd_steps,
         recipe=f"JAX GD lr {RECIPE_LR} on L (= MSE lr 1e-4), {RECIPE_STEPS} steps, extrapolated from gd_steps",
         check=args.check,
+        reference=args.reference,
         seed=args.seed,
         backend=backend,
         allow_cpu=args.allow_cpu,
     )
-    print_table(results, machine, config)
-    total = time.perf_counter() - start
     from ._machine import save_record
 
-    save_record(args.out, "gpu", config, machine, dict(records=results, benchmark_wall_s=total))
+    start = time.perf_counter()
+    results = []
+    for B in batches:
+        seen = set()
+        for lanes in args.lanes:
+            L = B if lanes is None else min(lanes, B)
+            if L not in seen:
+                seen.add(L)
+                results.append(bench_one(B, lanes, args, log))
+        save_record(
+            args.out,
+            "gpu",
+            config,
+            machine,
+            dict(records=results, benchmark_wall_s=time.perf_counter() - start, complete=B == batches[-1]),
+        )
+    print_table(results, machine, config)
+    total = time.perf_counter() - start
     print(f"benchmark wall time {total:.0f} s")
     return 0
 
