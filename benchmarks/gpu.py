@@ -36,6 +36,7 @@ cut short keeps the sizes it finished.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -165,7 +166,8 @@ def _endpoints(sol, n):
 
 def write_reference(path, args):
     """End points of the first ``--check`` members at this run's settings, for
-    ``--reference`` on another machine."""
+    ``--reference`` on another machine; with the settings and the machine, versions and
+    commit that made them (``provenance``, JSON)."""
     import jax
     import numpy as np
 
@@ -177,8 +179,14 @@ def write_reference(path, args):
     params = [np.asarray(W) for W in gflow.init_params(jax.random.PRNGKey(args.seed), (2, 2, 2), batch=n)]
     sol = gflow.simulate_batch(params, X, Y, loss="square", t1=args.t1, rtol=args.rtol, atol=args.atol)
     settings = np.array([args.seed, args.t1, args.rtol, args.atol])
+    from .gd import run_info
+
+    provenance = json.dumps(dict(settings="seed, t1, rtol, atol", machine=run_info()))
     tmp = f"{path}.tmp.npz"
-    np.savez(tmp, settings=settings, backend=np.array(jax.default_backend()), **_endpoints(sol, n))
+    np.savez(
+        tmp, settings=settings, backend=np.array(jax.default_backend()), provenance=np.array(provenance),
+        **_endpoints(sol, n),
+    )  # fmt: skip
     os.replace(tmp, path)
     print(f"wrote {path}: {n} members on {jax.default_backend()}")
 
@@ -262,7 +270,9 @@ def main(argv=None):
     from .gd import run_info  # first: it sets XLA_FLAGS before JAX is imported
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batches", type=_ints, help="batch sizes (default 288,1000,10000,100000,1000000; 16,64 on CPU)")
+    parser.add_argument(
+        "--batches", type=_ints, help="batch sizes (default 288,1000,10000,100000,1000000; 16,64 on CPU)"
+    )
     parser.add_argument("--t1", type=float, default=150.0)
     parser.add_argument("--rtol", type=float, default=1e-8)
     parser.add_argument("--atol", type=float, default=1e-10)
