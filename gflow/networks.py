@@ -118,8 +118,7 @@ def _check_widths(widths):
     widths = tuple(int(w) for w in widths)
     if len(widths) < 2 or min(widths) < 1:
         raise ValueError(
-            f"widths: expected a sequence (d_0, d_1, ..., d_k) of at least two positive "
-            f"integers, got {widths!r}"
+            f"widths: expected a sequence (d_0, d_1, ..., d_k) of at least two positive integers, got {widths!r}"
         )
     return widths
 
@@ -183,8 +182,7 @@ def _per_layer(value, k, name):
     values = np.broadcast_to(np.asarray(value, dtype=float), (k,)) if np.ndim(value) == 0 else np.asarray(value, float)
     if values.shape != (k,) or not np.all(np.isfinite(values)) or np.any(values < 0):
         raise ValueError(
-            f"{name}: expected one non-negative finite float or {k} of them (one per layer), "
-            f"got {value!r}"
+            f"{name}: expected one non-negative finite float or {k} of them (one per layer), got {value!r}"
         )
     return [float(v) for v in values]
 

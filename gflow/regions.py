@@ -35,7 +35,11 @@ def two_point_name(pattern: str) -> str:
         return "origin"  # on both surfaces: w ⊥ x_1, x_2, so w = 0 in the plane
     options = [("+", "-") if c == "0" else (c,) for c in pattern]
     names = {_CONES[combo] for combo in itertools.product(*options)}
-    return "|".join(sorted(names, key=lambda s: (s not in ("S1", "S2"), _CONE_ORDER.index(s)))) if len(names) > 1 else names.pop()
+    return (
+        "|".join(sorted(names, key=lambda s: (s not in ("S1", "S2"), _CONE_ORDER.index(s))))
+        if len(names) > 1
+        else names.pop()
+    )
 
 
 @dataclasses.dataclass(frozen=True)
