@@ -1,0 +1,128 @@
+"""The benchmarks of ``benchmarks/`` run end to end, as documented (``python -m
+benchmarks.NAME``), at tiny sizes, and what they write is checked: every JSON carries the
+machine, package versions and config, and the numbers they report agree with what they
+are compared against (SciPy's reference, one device, gflow at rtol 1e-12, first-order
+GD). No timing is checked.
+
+The benchmark processes are started together by the first test (two at a time, one per
+core) and each compiles its own programs; ``deep_scale`` and ``through`` are left out
+(their problems are fixed and take minutes), as is PyTorch (not a dependency).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 600  # seconds for all benchmark processes together
+
+RUNS = {
+    "engine": ["--batches", "1,8", "--scipy-sample", "4", "--repeats", "1"],
+    "gd": [
+        "--seeds", "4", "--random-sets", "4", "--lrs", "1e-2,1e-3", "--t1", "20", "--equal-batch", "2",
+        "--target", "1e-4", "--torch-seeds", "0", "--repeats", "1",
+    ],
+    "devices": ["--devices", "1,2", "--batch", "8", "--chunks", "", "--lanes", "4", "--t1", "20", "--repeats", "1"],
+    "gpu": ["--allow-cpu", "--batches", "8", "--check", "4", "--gd-steps", "100", "--repeats", "1", "--t1", "20"],
+    "scaling": ["--batches", "1,4", "--depths", "2", "--widths", "2", "--points", "2", "--t1s", "20", "--base-batch", "4"],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """``name -> (returncode, output, JSON record or None)`` for every benchmark in RUNS."""
+    out = tmp_path_factory.mktemp("benchmarks")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=str(ROOT))
+    pending, running, done = list(RUNS), {}, {}
+    deadline = time.monotonic() + TIMEOUT
+    while pending or running:
+        while pending and len(running) < 2:
+            name = pending.pop(0)
+            log = open(out / f"{name}.log", "w")
+            cmd = [sys.executable, "-m", f"benchmarks.{name}", *RUNS[name], "--out", str(out / f"{name}.json")]
+            running[name] = (subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+        for name, (proc, log) in list(running.items()):
+            if proc.poll() is None and time.monotonic() < deadline:
+                continue
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+            path = out / f"{name}.json"
+            record = json.loads(path.read_text()) if path.exists() else None
+            done[name] = (proc.returncode, (out / f"{name}.log").read_text(), record)
+            del running[name]
+        time.sleep(0.2)
+    return done
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_runs_and_records_provenance(runs, name):
+    code, output, record = runs[name]
+    assert code == 0, output[-3000:]
+    assert record is not None, output[-3000:]
+    assert record["benchmark"] == name
+    for key in ("date", "config", "machine", "versions", "results"):
+        assert record.get(key), key
+    assert {"gflow", "jax", "diffrax"} <= set(record["versions"])
+
+
+def test_engine_agrees_with_scipy(runs):
+    """gflow's end points and crossings against SciPy's event-driven DOP853 (the
+    benchmark's own comparison, at its default rtol 1e-10)."""
+    res = runs["engine"][2]["results"]
+    agreement = res["agreement"]
+    assert agreement["n_compared"] + agreement["n_slid"] == 4
+    assert agreement["n_compared"] >= 1
+    assert agreement["max_weight_diff"] < 1e-7
+    assert not agreement["crossing_mismatches"]
+    assert all(b["all_success"] for b in res["batches"])
+    assert [b["batch"] for b in res["batches"]] == [1, 8]
+
+
+def test_gd_is_first_order_and_gflow_exact(runs):
+    """GD's distance from the exact end point shrinks like its step (first order), while
+    gflow at its default tolerances is far closer and keeps the SPEC §3 invariants."""
+    for problem in runs["gd"][2]["results"]["accuracy"]:
+        assert problem["exact"]["status_all_success"]
+        by_lr = {row["lr"]: row["distance_max_abs"]["max"] for row in problem["gd"]}
+        assert by_lr[1e-3] < by_lr[1e-2]
+        assert 0.02 < by_lr[1e-3] / 1e-3 < 20  # max |Δθ| ≈ 1.2–1.8·η on 288 members (README)
+        default = problem["gflow_default"]
+        assert default["distance_max_abs"]["max"] < 1e-3 * by_lr[1e-3]
+        assert default["drift"]["max"] < 1e-8
+        assert min(row["drift"]["max"] for row in problem["gd"]) > 1e3 * default["drift"]["max"]
+
+
+def test_devices_give_the_same_results(runs):
+    """Two devices integrate the same members as one, bit for bit (the benchmark's check)."""
+    rows = runs["devices"][2]["results"]
+    two = [r for r in rows if r["setting"] == "simulate_batch D=2"]
+    assert len(two) == 1
+    assert two[0]["bitwise_equal_to_one_device"], two[0]["fields_differing"]
+
+
+def test_gpu_script_on_the_cpu(runs):
+    """``benchmarks/gpu.py`` with ``--allow-cpu``: every member finishes and agrees with
+    its rerun at rtol 1e-12; the GD recipe was timed."""
+    res = runs["gpu"][2]["results"]
+    assert res["complete"]
+    (record,) = res["records"]
+    assert record["batch"] == 8 and record["all_success"]
+    assert record["agreement"]["members"] == 4
+    assert record["agreement"]["max_abs_weight_diff"] < 1e-7
+    assert record["gd"]["steps_timed"] == 100 and record["gd"]["ratio_recipe_over_gflow"] > 0
+
+
+def test_scaling_records_steps_and_events(runs):
+    records = runs["scaling"][2]["results"]["records"]
+    assert {r["sweep"] for r in records} >= {"batch", "t1"}
+    for r in records:
+        assert r["all_success"], r
+        assert r["iterations"]["mean"] >= r["accepted_steps"]["mean"] > 0
+        assert r["events"]["mean"] >= 0
