@@ -186,6 +186,53 @@ def test_depth2_block_controls_hold_sliding_units_on_their_surfaces():
     assert np.max(np.abs(np.asarray(control) - np.asarray(control_k))) <= 1e-12
 
 
+@pytest.mark.parametrize("loss", ["square", "exponential", "logistic"])
+def test_depth2_entry_controls_equal_block_controls(loss):
+    """Tiny problems (``n·D`` ≤ 24) solve the sliding controls written out scalar by
+    scalar. A 3-2-1 network on three points (``n·D = 24``) with weight decay, for every one
+    of the 3⁶ mode patterns, its sliding units put on their surfaces (a neuron sliding on
+    two points while active on the third is a 2×2 block with a right-hand side): the
+    sliding units' rates along the resulting Filippov field, taken by autodiff, vanish,
+    the other slopes are the modes', and the slopes equal the array block solve's."""
+    import itertools
+
+    from gflow import events
+    from gflow.flow import _unravel_for
+
+    rng = np.random.default_rng(7)
+    n = 3
+    X = rng.normal(size=(n, 3))
+    Y = rng.normal(size=(n, 1)) if loss == "square" else np.array([1.0, -1.0, 1.0])
+    system = events.System(_unravel_for([(2, 3), (1, 2)]), loss, n, (2,), 6)
+    W1, W2 = rng.normal(size=(2, 3)), rng.normal(size=(1, 2))
+    data = (X, Y, 0.05)
+    warm = np.full(2 * n, 0.5)
+    entries = jax.jit(lambda y, mode: system._controls_depth2_entries(y, data, mode, warm))
+    blocks = jax.jit(lambda y, mode: system._controls_depth2_blocks(y, data, mode, warm))
+    rates = jax.jit(lambda y, slopes: system.field_and_rates(y, data, slopes)[1])
+    nontrivial = 0
+    for pattern in itertools.product((events.INACTIVE, events.ACTIVE, events.SLIDING), repeat=2 * n):
+        mode = np.array(pattern, np.int8)
+        sliding = mode == events.SLIDING
+        W = W1.copy()
+        for j in range(2):  # flat index j·n + i: neuron j, point i
+            on = X[sliding[j * n : (j + 1) * n]]
+            if len(on):  # W_j ⊥ the points it slides on
+                basis = np.linalg.svd(on)[2][len(on) :]
+                W[j] = basis.T @ (basis @ W[j])
+        y = np.concatenate([W.reshape(-1), W2.reshape(-1)])
+        slopes, control = np.asarray(entries(y, mode)[0]), np.asarray(entries(y, mode)[1])
+        slopes_b = np.asarray(blocks(y, mode)[0])
+        assert np.array_equal(slopes[~sliding], (mode == events.ACTIVE)[~sliding].astype(float))
+        assert np.array_equal(control[~sliding], warm[~sliding])
+        scale = max(1.0, float(np.max(np.abs(slopes_b))))
+        assert np.max(np.abs(slopes - slopes_b)) <= 1e-12 * scale, pattern
+        pdot = np.asarray(rates(y, slopes))
+        assert np.max(np.abs(pdot[sliding]), initial=0.0) <= 1e-12 * scale * max(1.0, np.max(np.abs(pdot))), pattern
+        nontrivial += bool(np.any(np.abs(slopes[sliding]) > 1e-3))
+    assert nontrivial > 100  # controls that are not 0: the solves had something to do
+
+
 # ---- properties ----------------------------------------------------------------------------
 def test_loss_monotone_dead_frozen_and_batch_equals_single(authors, authors_xavier):
     X, Y = authors
