@@ -377,7 +377,8 @@ class System:
         16, … or ``K`` sliding units, the fewest that fit (:meth:`_slot_sizes`); in
         deeper networks one sliding unit takes :meth:`_single_control`. Depth 2 with at
         most ``_BLOCK_POINTS`` points: :meth:`_controls_depth2_blocks` whenever some unit
-        slides. ``chord``: see :meth:`chord`.
+        slides (for tiny problems written out scalar by scalar,
+        :meth:`_controls_depth2_entries`). ``chord``: see :meth:`chord`.
         """
         if len(self.hidden_widths) == 1 and self.n <= _BLOCK_POINTS:
             some = n_sliding if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_) else n_sliding > 0

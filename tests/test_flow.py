@@ -221,7 +221,7 @@ def test_depth2_entry_controls_equal_block_controls(loss):
                 basis = np.linalg.svd(on)[2][len(on) :]
                 W[j] = basis.T @ (basis @ W[j])
         y = np.concatenate([W.reshape(-1), W2.reshape(-1)])
-        slopes, control = np.asarray(entries(y, mode)[0]), np.asarray(entries(y, mode)[1])
+        slopes, control = (np.asarray(a) for a in entries(y, mode))
         slopes_b = np.asarray(blocks(y, mode)[0])
         assert np.array_equal(slopes[~sliding], (mode == events.ACTIVE)[~sliding].astype(float))
         assert np.array_equal(control[~sliding], warm[~sliding])
