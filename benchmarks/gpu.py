@@ -83,9 +83,9 @@ def bench_one(B, lanes, args, log):
 
     import gflow
 
-    from .gd import gd_batch
+    from .gd import authors_problem, gd_batch
 
-    X, Y, params = _problem(args.seed, B)
+    params, X, Y = authors_problem(B, args.seed)
     L = B if lanes is None else min(lanes, B)
     kw = dict(loss="square", t1=args.t1, rtol=args.rtol, atol=args.atol, lanes=L)
     start = time.perf_counter()
@@ -153,19 +153,6 @@ def bench_one(B, lanes, args, log):
     )
 
 
-def _problem(seed, B):
-    """The authors' data and ``B`` Xavier-normal 2-2-2 starts from ``PRNGKey(seed)``: the
-    one construction behind the timed runs and the CPU reference."""
-    import jax
-    import numpy as np
-
-    import gflow
-    from gflow import theory
-
-    X, Y = theory.authors_data()
-    return X, Y, [np.asarray(W) for W in gflow.init_params(jax.random.PRNGKey(seed), (2, 2, 2), batch=B)]
-
-
 def _settings(args):
     """What a CPU reference must share with the run it is compared with."""
     import numpy as np
@@ -191,10 +178,10 @@ def write_reference(path, args):
 
     import gflow
 
-    from .gd import run_info
+    from .gd import authors_problem, run_info
 
     n = args.check
-    X, Y, params = _problem(args.seed, n)
+    params, X, Y = authors_problem(n, args.seed)
     sol = gflow.simulate_batch(params, X, Y, loss="square", t1=args.t1, rtol=args.rtol, atol=args.atol)
     settings = _settings(args)
 
