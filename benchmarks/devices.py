@@ -54,17 +54,20 @@ def _force_devices(n):
 
 def _compare(pairs):
     """``pairs``: name -> (array, reference). Returns the names whose arrays differ in any
-    bit and the largest relative difference among them."""
+    bit, the largest relative and the largest absolute difference among them (a relative
+    difference of a value at round-off level, such as a converged ‖∇L‖, can be large
+    while the absolute one is round-off)."""
     import numpy as np
 
-    differ, rel = [], 0.0
+    differ, rel, ab = [], 0.0, 0.0
     for name, (x, y) in pairs.items():
         x, y = np.asarray(x), np.asarray(y)
         if not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
             differ.append(name)
             with np.errstate(invalid="ignore", divide="ignore"):
                 rel = max(rel, float(np.nanmax(np.abs(x - y) / np.abs(y))))
-    return differ, rel
+                ab = max(ab, float(np.nanmax(np.abs(x - y))))
+    return differ, rel, ab
 
 
 def _fields(sol):
@@ -133,11 +136,11 @@ def run(args):
         if name.startswith("sweep"):
             merged = results[name]["arrays"]
             keys = {".params[0]": "params_0", ".params[1]": "params_1", ".t": "t", ".loss": "loss", ".grad_norm": "grad_norm", ".status": "status"}  # fmt: skip
-            differ, diff = _compare({k: (merged[v], reference[k]) for k, v in keys.items()})
+            differ, diff, abs_diff = _compare({k: (merged[v], reference[k]) for k, v in keys.items()})
             status = results[name]["record"]["summary"]["status"]
         else:
             fields = _fields(results[name])
-            differ, diff = _compare({k: (fields[k], reference[k]) for k in fields})
+            differ, diff, abs_diff = _compare({k: (fields[k], reference[k]) for k in fields})
             s = results[name].status
             status = {gflow.Status(int(c)).name: int(np.sum(s == c)) for c in np.unique(s)}
         records.append(
@@ -153,6 +156,7 @@ def run(args):
                 bitwise_equal_to_one_device=not differ,
                 fields_differing=differ,
                 max_relative_diff=diff,
+                max_abs_diff=abs_diff,
                 status=status,
             )
         )
@@ -188,7 +192,8 @@ def print_table(records, config, machine):
             f"{r['per_device_efficiency']:.2f}",
             "all fields"
             if not r["fields_differing"]
-            else f"all but {', '.join(r['fields_differing'])} (≤ {r['max_relative_diff']:.1e} rel.)",
+            else f"all but {', '.join(r['fields_differing'])} (≤ {r['max_relative_diff']:.1e} rel., "
+            f"{r['max_abs_diff']:.1e} abs.)",
         )
     console.print(table)
     console.print(
