@@ -544,12 +544,17 @@ def scipy_flow(
                 direction = 1 if pattern[index] else -1
                 crossings.append((t, *layout.entry(index), direction))
             if not pending:
-                # Pre-activations that reached zero in the same instant: already on the
-                # far side of their surface and still moving away from their pattern.
+                # Pre-activations that reached zero in the same instant: on the far side
+                # of their surface or on it to round-off, and moving away from their
+                # pattern. (SciPy reports only the earliest terminal event: a unit whose
+                # point is cut in the layer below can fire first, with zero rates, while
+                # the unit below that reopens the point sits at p ≈ −1e-16.)
                 side = np.where(pattern, 1.0, -1.0)
+                p = preacts(theta)
                 velocity = preact_velocity(theta, pattern)
                 moving = np.abs(velocity) > 1e-10 * np.max(np.abs(velocity), initial=0.0)
-                late = (side * preacts(theta) < 0) & (side * velocity < 0) & moving
+                at = side * p <= 1e-13 * np.max(np.abs(p), initial=1.0)
+                late = at & (side * velocity < 0) & moving
                 pending = [int(i) for i in np.flatnonzero(late)]
         if slid:
             break
