@@ -142,11 +142,8 @@ def compiled(cfg: Config):
     shallow = len(cfg.shapes) == 2 and cfg.solver not in _IMPLICIT
     rk = _explicit_rk(base_solver.tableau, vector_field) if shallow else None
 
-    def run(y0, X, Y, wd, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
-        # Only the first ``count`` of the N rows are integrated; the rest are padding
-        # (never started, results left at zero), so a padded batch costs no extra work.
-        N, L, S = y0.shape[0], cfg.lanes, len(ts)
-        count = jnp.minimum(jnp.asarray(count, jnp.int32), N)
+    def tools(rtol, atol):
+        """The solver and the step controller at these tolerances."""
         solver = base_solver
         if cfg.solver in _IMPLICIT:
             # The implicit stages' Newton (chord) iterations stop at the step tolerances.
@@ -155,17 +152,29 @@ def compiled(cfg: Config):
                 solver,
                 (rtol, atol, optx.rms_norm),
             )
-        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
+        return solver, diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
+
+    def run(y0, X, Y, wd, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
+        # Only the first ``count`` of the N rows are integrated; the rest are padding
+        # (never started, results left at zero), so a padded batch costs no extra work.
+        N, L, S = y0.shape[0], cfg.lanes, len(ts)
+        count = jnp.minimum(jnp.asarray(count, jnp.int32), N)
+        solver, controller = tools(rtol, atol)
         vmap = jax.vmap
 
         # ---- a fresh lane per trajectory ---------------------------------------------------
-        def member_init(y, data):
-            p = system.preacts(y, data)
-            mode = jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE).astype(jnp.int8)
-            return mode, p == 0.0, jnp.abs(p) > _noise(p, rtol, atol)
-
-        def init_lanes(idx):
+        # Called before the loop and again inside it (refill): jitted, with every input an
+        # argument, so that it is traced once (see events._traced_once).
+        @jax.jit
+        def start_lanes(idx, y0, X, Y, wd, t1, rtol, atol, ts):
             """Lane states for trajectories ``idx`` (``(L,)``), at t = 0."""
+            solver, controller = tools(rtol, atol)
+
+            def member_init(y, data):
+                p = system.preacts(y, data)
+                mode = jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE).astype(jnp.int8)
+                return mode, p == 0.0, jnp.abs(p) > _noise(p, rtol, atol)
+
             y = y0[idx]
             data = (X[idx], Y[idx], wd[idx])
             mode, on_surface, armed = vmap(member_init)(y, data)
@@ -214,6 +223,9 @@ def compiled(cfg: Config):
                 n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i, status=jnp.full(L, int(Status.RUNNING), jnp.int32),
                 slot=idx.astype(jnp.int32), mode0=mode, data=data,
             )  # fmt: skip
+
+        def init_lanes(idx):
+            return start_lanes(idx.astype(jnp.int32), y0, X, Y, wd, t1, rtol, atol, ts)
 
         lanes0 = jnp.arange(L)
         state = init_lanes(jnp.minimum(lanes0, jnp.maximum(count - 1, 0)))
