@@ -64,7 +64,7 @@ def _traced_once(*static_argnums):
     jitted, each distinct argument signature is traced and batched once instead of once
     per call site, and XLA inlines the calls as before: the same results bit for bit.
     With :func:`gflow.flow.compiled` starting lanes through one jitted function too, a
-    depth-3 program (3-3-3-2, 4 points) traced in 6.5 s instead of 24.5 s and its first
+    depth-3 program (3-3-3-2, 4 points) traced in 6.6 s instead of 24.5 s and its first
     call took 48 s instead of 61 s; depth 2 (authors' setting) 13 s instead of 17 s."""
 
     def wrap(method):
