@@ -1,8 +1,17 @@
-"""Shared fixtures. Importing gflow turns on float64."""
+"""Shared fixtures. Importing gflow turns on float64.
 
+Each pytest process keeps JAX's persistent compilation cache in a fresh temporary folder,
+inherited by the processes it starts (notebooks, benchmarks, the CLI): a notebook that
+runs an experiment the tests also run compiles its programs once between them. The folder
+is removed when the process exits, so nothing carries over between test files or runs.
+"""
+
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import jax
 import numpy as np
@@ -12,6 +21,11 @@ import gflow  # noqa: F401  (enables jax_enable_x64)
 from gflow.theory import authors_data
 
 assert jax.config.jax_enable_x64
+
+_CACHE = tempfile.mkdtemp(prefix="gflow-test-jax-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+jax.config.update("jax_compilation_cache_dir", _CACHE)
 
 
 @pytest.fixture(scope="session")

@@ -74,13 +74,21 @@ def test_direction_settled(exponential_long):
     dtol = 0.8
     sol = gflow.simulate_batch(params, X, Y, loss="exponential", t1=1e8, dtol=dtol, rtol=1e-10, atol=1e-12)
     assert np.all(sol.status == Status.DIRECTION_SETTLED)
-    for b, (p, X1, Y1) in enumerate(problems):
-        t = float(sol.t[b])
-        assert 1.0 < t < 1e8
-        h = 1e-5 * t
-        again = gflow.simulate(p, X1, Y1, loss="exponential", t1=t, saveat=[t - h, t], rtol=1e-12, atol=1e-14)
-        th0, th1 = (np.concatenate([W[s].ravel() for W in again.ys]) for s in (0, 1))
-        v = (th1 - th0) / h
+    # θ just before and at each member's stop, from a tighter run of the fixture's compiled
+    # program (same shapes, nine saved times: the six needed and three early fillers).
+    t = np.asarray(sol.t, dtype=float)
+    assert np.all((1.0 < t) & (t < 1e8))
+    h = 1e-5 * t
+    ts = np.concatenate([[0.25, 0.5, 0.75], t - h, t])
+    order = np.argsort(ts)
+    assert np.all(np.diff(ts[order]) > 0)
+    again = gflow.simulate_batch(
+        params, X, Y, loss="exponential", t1=float(t.max()), saveat=ts[order], rtol=1e-12, atol=1e-14
+    )
+    slot = np.argsort(order)  # where each of the unsorted times was saved
+    for b in range(len(problems)):
+        th0, th1 = (np.concatenate([W[b, slot[3 + k * 3 + b]].ravel() for W in again.ys]) for k in (0, 1))
+        v = (th1 - th0) / h[b]
         u = th1 / np.linalg.norm(th1)
         assert abs(np.linalg.norm(th1 - np.concatenate([W[b].ravel() for W in sol.params]))) <= 1e-7
         assert v @ u > 0 and np.linalg.norm(v - (v @ u) * u) / (v @ u) <= dtol * 1.01
@@ -88,16 +96,22 @@ def test_direction_settled(exponential_long):
 
 def test_weight_decay_stationary_point():
     """gtol stops at a stationary point of L + (λ/2)‖θ‖²: the NumPy gradient there is
-    below gtol too, and the invariants decayed like e^{−2λt} on the way (SPEC §3)."""
-    problems = [_problem(s, (3, 4, 4, 1), 5) for s in (0, 1)]
+    below gtol too, and the invariants decayed like e^{−2λt} on the way (SPEC §3).
+
+    Seeds 5 and 6 (of 2–9 scanned) end with no unit on its surface, so the classical
+    gradient is the field there; seed 2 ends with units sliding (its stop is the sliding
+    field's norm, checked through the invariants only)."""
+    problems = [_problem(s, (3, 4, 4, 1), 5) for s in (2, 5, 6)]
     params, X, Y = _stack(problems)
-    lam, gtol = 0.05, 1e-8
+    lam, gtol = 0.2, 1e-8
     sol = gflow.simulate_batch(params, X, Y, weight_decay=lam, t1=1e6, gtol=gtol, rtol=1e-11, atol=1e-13)
     assert np.all(sol.status == Status.CONVERGED)
+    sliding = [bool(np.any(m == gflow.events.SLIDING)) for m in sol.final_modes]
+    assert sliding == [True, False, False]
     for b, (p, X1, Y1) in enumerate(problems):
         theta = [np.asarray(W[b]) for W in sol.params]
         assert sol.t[b] < 1e6
-        if np.all(sol.final_modes[b] != gflow.events.SLIDING):  # off the kinks the gradient is classical
+        if not sliding[b]:
             g = loss_gradient(theta, X1, Y1, weight_decay=lam)
             assert np.sqrt(sum(np.sum(G**2) for G in g)) <= 2 * gtol
         assert balance_drift(p, theta, weight_decay=lam, t=sol.t[b]) <= 1e-8
@@ -236,9 +250,11 @@ def test_sliding_rates_jacobian_is_the_autodiff_jacobian():
         base = system.base_slopes(jnp.asarray(mode), jnp.zeros(system.P))
         kw = dict(y=y, data=data, base=base, idx=idx, valid=idx < system.P)
         c = np.where(idx < system.P, rng.uniform(size=K), 0.0)
-        expected = jax.jacfwd(functools.partial(events._rates_residual, system, **kw))(c)
-        J, r = events._residual_and_jacobian(system, c, **kw)
-        assert np.max(np.abs(r - events._rates_residual(system, c, **kw))) == 0.0
+        # Jitted: op by op, the two would compile hundreds of small kernels for each loss.
+        residual = jax.jit(functools.partial(events._rates_residual, system, **kw))
+        expected = jax.jit(jax.jacfwd(residual))(c)
+        J, r = jax.jit(functools.partial(events._residual_and_jacobian, system, **kw))(c)
+        assert np.max(np.abs(r - residual(c))) == 0.0
         assert max_diff(J, expected) <= 1e-12 * np.max(np.abs(expected)), loss
 
 
