@@ -17,9 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import share_compilation_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 600  # seconds for each benchmark process
+share_compilation_cache()  # the benchmark processes share some of their programs
 
 RUNS = {
     "engine": ["--batches", "1,8", "--scipy-sample", "4", "--repeats", "1"],

@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from conftest import finish_notebook, start_notebook, stop_notebook
+from conftest import finish_notebook, share_compilation_cache, start_notebook, stop_notebook
 from typer.testing import CliRunner
 
 from gflow import Status, experiments, theory
@@ -21,6 +21,7 @@ from gflow.reference import balance_invariants
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "deep_rank.ipynb"
 SMALL = dict(depths=(2, 3), width=3, runs=2, widths=(3,), sweep_depth=3, n_points=6)
+share_compilation_cache()  # the notebook runs thm4 and thm5 at SMALL too
 
 
 @pytest.fixture(scope="module")
