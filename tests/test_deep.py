@@ -79,15 +79,16 @@ def test_direction_settled(exponential_long):
     t = np.asarray(sol.t, dtype=float)
     assert np.all((1.0 < t) & (t < 1e8))
     h = 1e-5 * t
-    ts = np.concatenate([[0.25, 0.5, 0.75], t - h, t])
+    fillers = [0.25, 0.5, 0.75]
+    ts = np.concatenate([fillers, t - h, t])
     order = np.argsort(ts)
     assert np.all(np.diff(ts[order]) > 0)
     again = gflow.simulate_batch(
         params, X, Y, loss="exponential", t1=float(t.max()), saveat=ts[order], rtol=1e-12, atol=1e-14
     )
-    slot = np.argsort(order)  # where each of the unsorted times was saved
+    before, at = np.argsort(order)[len(fillers) :].reshape(2, len(t))  # where t − h and t were saved
     for b in range(len(problems)):
-        th0, th1 = (np.concatenate([W[b, slot[3 + k * 3 + b]].ravel() for W in again.ys]) for k in (0, 1))
+        th0, th1 = (np.concatenate([W[b, s[b]].ravel() for W in again.ys]) for s in (before, at))
         v = (th1 - th0) / h[b]
         u = th1 / np.linalg.norm(th1)
         assert abs(np.linalg.norm(th1 - np.concatenate([W[b].ravel() for W in sol.params]))) <= 1e-7
