@@ -232,18 +232,16 @@ class System:
         if len(self.hidden_widths) == 1:
             c = self._control_depth2(y, data, base, idx, valid)
         else:
-            c0, floor = self._newton_start(mode, warm, idx, valid)
+            c0 = self._newton_start(warm, idx, valid)
             if chord is not None:
                 chord = (chord[0][: idx.shape[0], : idx.shape[0]], chord[1])
-            c = _newton_controls(self, y, data, c0, base, idx, valid, floor, chord)
+            c = _newton_controls(self, y, data, c0, base, idx, valid, chord)
         return _with_controls(base, idx, valid, c), _with_controls(warm, idx, valid, c)
 
-    def _newton_start(self, mode, warm, idx, valid):
-        """The start of the iterations (``warm`` at the sliding slots) and the floor of the
-        damping scale: unused slots have identity rows, so the scale is at least 1
-        whenever fewer than ``K`` units slide, whatever the slot count."""
-        floor = jnp.where(jnp.sum(mode == SLIDING) < self.K, 1.0, 1e-300)
-        return jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0), floor
+    @staticmethod
+    def _newton_start(warm, idx, valid):
+        """The start of the iterations: ``warm`` at the sliding slots."""
+        return jnp.where(valid, jnp.append(warm, 0.5)[idx], 0.0)
 
     @_traced_once()
     def chord(self, y, data, mode, control, n_sliding):
@@ -261,9 +259,9 @@ class System:
         def at(size):
             idx, valid = self.sliding_slots(mode, size)
             base = self.base_slopes(mode, jnp.zeros_like(control))
-            c0, floor = self._newton_start(mode, control, idx, valid)
+            c0 = self._newton_start(control, idx, valid)
             J, _ = _residual_and_jacobian(self, c0, y=y, data=data, base=base, idx=idx, valid=valid)
-            inverse, scale = _damped_inverse(J, floor)
+            inverse, scale = _damped_inverse(J, valid)
             return jnp.eye(K).at[:size, :size].set(inverse), scale
 
         sizes = self._slot_sizes()
@@ -375,9 +373,9 @@ class System:
         own control ``c``
         (no pre-activation depends on it, and the rate's gradient only on the slopes of
         lower layers): ``r(c) = a₋ + c·(a₊ − a₋)`` from the two one-sided rates. The damped
-        Newton step of :meth:`equivalent_control` (damping at least ``1e-14``, set by the
-        identity rows of the unused slots) is run three times on this scalar affine
-        residual, which it solves to round-off, so both give the same control."""
+        Newton step of :meth:`equivalent_control` (:func:`_damped_inverse`: damping
+        ``(1e-7·|J|)²``, ``|J|`` floored) is run three times on this scalar affine residual,
+        which it solves to round-off, so both give the same control."""
         k = jnp.argmax(mode == SLIDING)
         sliding = mode[k] == SLIDING
         base = self.base_slopes(mode, jnp.zeros_like(warm))
@@ -388,7 +386,7 @@ class System:
 
         a_plus, a_minus = jax.vmap(rate)(jnp.array([1.0, 0.0]))
         J = a_plus - a_minus
-        mu = 1e-14 * jnp.maximum(jnp.abs(J), 1.0 if self.K > 1 else 1e-300)
+        mu = (1e-7 * jnp.maximum(jnp.abs(J), _SENSITIVITY_FLOOR)) ** 2
         c = warm[k]
         for _ in range(3):
             c = c - J * (a_minus + c * J) / (J * J + mu)
@@ -597,7 +595,13 @@ class System:
 
 _NEWTON_TOL = 1e-13  # sliding rates / their sensitivity to the controls at which Newton stops
 _NEWTON_MAX = 12  # Newton steps at most (singular or disconnected controls)
+_NEWTON_NOISE = 1e-6  # below this (same measure), a step that fails to halve the rates meets round-off
 _CHORD_MAX = 8  # chord steps before falling back to Newton
+# Sensitivities of the sliding rates to their controls below this count as none. A unit
+# whose weights weight decay shrinks towards 0 reaches its surface with rates and
+# sensitivity at 1e-127 (depth 4, λ = 1e-2, t ≈ 9e4); damping relative to such a J
+# underflows in the derivative the implicit solvers take (J⁴), and the step went non-finite.
+_SENSITIVITY_FLOOR = 1e-50
 
 
 def _with_controls(base, idx, valid, cK):
@@ -622,24 +626,32 @@ def _residual_and_jacobian(system, cK, *, y, data, base, idx, valid):
     return jnp.where(valid[:, None] & valid[None, :], J, jnp.eye(idx.shape[0])), r
 
 
-def _damped_inverse(J, floor):
-    """``J⁻¹`` (as ``(JᵀJ + μI)⁻¹Jᵀ``) with Levenberg–Marquardt damping ``μ``, which keeps it
-    finite where a control has (almost) no effect on the rates (e.g. a unit disconnected
-    downstream); and the scale of ``J`` the damping is relative to."""
-    scale = jnp.maximum(jnp.max(jnp.abs(J)), floor)
-    K = J.shape[0]
-    return _solve_small(J.T @ J + 1e-14 * scale * jnp.eye(K), J.T), scale
+def _damped_inverse(J, valid):
+    """``J⁻¹`` (as ``(JᵀJ + μI)⁻¹Jᵀ``) with Levenberg–Marquardt damping ``μ = (1e-7·scale)²``,
+    which keeps it finite where a control has (almost) no effect on the rates (e.g. a unit
+    disconnected downstream); and ``scale``, the largest ``|J|`` among the sliding units
+    (``valid`` slots: the identity rows of unused slots do not count), at least
+    ``_SENSITIVITY_FLOOR``. The damping is relative to the rates' own sensitivity: near a
+    stationary point of weight decay ``J`` can be 1e-9, where a fixed damping of 1e-14
+    would shorten each Newton step to a fraction of a percent and leave the controls near
+    their start."""
+    both = valid[:, None] & valid[None, :]
+    scale = jnp.maximum(jnp.max(jnp.where(both, jnp.abs(J), 0.0)), _SENSITIVITY_FLOOR)
+    return _solve_small(J.T @ J + (1e-7 * scale) ** 2 * jnp.eye(J.shape[0]), J.T), scale
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _newton_controls(system, y, data, c, base, idx, valid, floor, chord):
+def _newton_controls(system, y, data, c, base, idx, valid, chord):
     """Deep networks' sliding controls, from the last controls ``c``: chord iterations, then
     Newton's method if they have not converged. The rates are multilinear in the controls
     and ``c`` is close, so the chord (one Jacobian, :meth:`System.rates_jacobian`, at ``c``
     or carried in ``chord`` from a nearby state, :meth:`System.chord`) converges in a few
     steps of one rate evaluation each, where each Newton step pays for a new Jacobian.
     Both stop once the rates, relative to their sensitivity to the controls, are at
-    round-off, and take one more step from there.
+    ``_NEWTON_TOL``, or once a step fails to halve them below ``_NEWTON_NOISE`` (there the
+    iterations would converge quadratically, so only round-off stops them: when the rates
+    are a small difference of large terms, near a stationary point, their round-off can
+    sit above ``_NEWTON_TOL``), and take one more step from there.
     The loops are never differentiated: the derivative (implicit solvers differentiate
     the field) comes from the implicit function theorem at the solution
     (:func:`_newton_controls_jvp`)."""
@@ -647,7 +659,7 @@ def _newton_controls(system, y, data, c, base, idx, valid, floor, chord):
     residual = functools.partial(_rates_residual, system, **kw)
     if chord is None:
         J, r = _residual_and_jacobian(system, c, **kw)
-        inverse, scale = _damped_inverse(J, floor)
+        inverse, scale = _damped_inverse(J, valid)
     else:
         (inverse, scale), r = chord, residual(c)
 
@@ -668,32 +680,38 @@ def _newton_controls(system, y, data, c, base, idx, valid, floor, chord):
         return good & (i < _CHORD_MAX) & (res > _NEWTON_TOL * scale)
 
     res0 = jnp.max(jnp.abs(r))
-    c, step, res, _, _ = jax.lax.while_loop(chord_unsolved, chord_step, (c, inverse @ r, res0, 0, jnp.isfinite(res0)))
+    c, step, res, _, good = jax.lax.while_loop(
+        chord_unsolved, chord_step, (c, inverse @ r, res0, 0, jnp.isfinite(res0))
+    )
 
     def newton(carry):
-        c, _, _, i = carry
+        c, res, _, _, i = carry
         J, r = _residual_and_jacobian(system, c, **kw)
-        inverse, scale = _damped_inverse(J, floor)
-        return c - inverse @ r, jnp.max(jnp.abs(r)), scale, i + 1
+        inverse, scale = _damped_inverse(J, valid)
+        # ``prev``: the residual one step back (none for the first, computed where the chord stopped).
+        return c - inverse @ r, jnp.max(jnp.abs(r)), jnp.where(i == 0, jnp.inf, res), scale, i + 1
 
     def unsolved(carry):
-        _, res, scale, i = carry
-        return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale)
+        _, res, prev, scale, i = carry
+        stalled = (res > 0.5 * prev) & (res <= _NEWTON_NOISE * scale)
+        return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale) & ~stalled
 
-    # Converged chords enter with ``res`` at tolerance: no Newton step, just the last chord step.
+    # Converged chords enter with ``res`` at tolerance: no Newton step, just the last chord
+    # step. A chord that stalled at round-off enters stalled: no Newton step either.
     c = jnp.where(res > _NEWTON_TOL * scale, c, c - step)
-    return jax.lax.while_loop(unsolved, newton, (c, res, scale, 0))[0]
+    prev = jnp.where(good, jnp.inf, res)
+    return jax.lax.while_loop(unsolved, newton, (c, res, prev, scale, 0))[0]
 
 
 @_newton_controls.defjvp
 def _newton_controls_jvp(system, primals, tangents):
     """``J·dc = −dr``: the rates stay zero to first order."""
-    y, data, c0, base, idx, valid, floor, _ = primals
+    y, data, c0, base, idx, valid, _ = primals
     c = _newton_controls(system, *primals)
     J, _ = _residual_and_jacobian(system, c, y=y, data=data, base=base, idx=idx, valid=valid)
     residual = functools.partial(_rates_residual, system, base=base, idx=idx, valid=valid)
     _, r_dot = jax.jvp(lambda y, data: residual(c, y=y, data=data), (y, data), tuple(tangents[:2]))
-    return c, -_damped_inverse(J, floor)[0] @ r_dot
+    return c, -_damped_inverse(J, valid)[0] @ r_dot
 
 
 # Depth 2 with at most this many points: per-neuron block solves. Each block is n × n

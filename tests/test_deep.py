@@ -2,6 +2,8 @@
 and the integrate-through-kinks mode, each against something computed another way: the
 SPEC §3 invariants, the hand-written NumPy gradient of gflow.reference, and SciPy."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -184,17 +186,20 @@ def test_bad_new_options():
         gflow.simulate(params, X, Y, t1=1.0, dtol=-1.0)
 
 
-def test_sliding_controls_derivative_matches_central_differences():
-    """Implicit solvers differentiate the field through the deep sliding controls, whose
-    Newton loop is never differentiated: its implicit-function derivative must match
-    central differences of the solved controls (three units held sliding, depth 3)."""
+DEPTH3_SHAPES = [(4, 3), (4, 4), (1, 4)]
+
+
+@functools.cache
+def _depth3_controls():
+    """A depth-3 system (3-4-4-1 on 5 points, 8 sliding slots) and, jitted once for the
+    tests below: the slopes with the sliding controls solved from zero (at a sliding unit
+    the slope is its control), the rates along them, and the slopes' derivative."""
     import jax.numpy as jnp
 
     from gflow import events
     from gflow.flow import _unravel_for
 
-    shapes, n = [(4, 3), (4, 4), (1, 4)], 5
-    system = events.System(_unravel_for(shapes), "square", n, (4, 4), 8)
+    system = events.System(_unravel_for(DEPTH3_SHAPES), "square", 5, (4, 4), 8)
 
     @jax.jit
     def slopes(y, data, mode):
@@ -205,10 +210,20 @@ def test_sliding_controls_derivative_matches_central_differences():
         return system.field_and_rates(y, data, slopes(y, data, mode))[1]
 
     derivative_of = jax.jit(lambda y, v, data, mode: jax.jvp(lambda y: slopes(y, data, mode), (y,), (v,))[1])
+    return system, slopes, rates, derivative_of
+
+
+def test_sliding_controls_derivative_matches_central_differences():
+    """Implicit solvers differentiate the field through the deep sliding controls, whose
+    Newton loop is never differentiated: its implicit-function derivative must match
+    central differences of the solved controls (three units held sliding, depth 3)."""
+    from gflow import events
+
+    system, slopes, rates, derivative_of = _depth3_controls()
     for seed in (0, 2, 5):
         rng = np.random.default_rng(seed)
-        data = (rng.normal(size=(n, 3)), rng.normal(size=(n, 1)), 0.0)
-        y = np.concatenate([rng.normal(size=s).reshape(-1) for s in shapes])
+        data = (rng.normal(size=(5, 3)), rng.normal(size=(5, 1)), 0.0)
+        y = np.concatenate([rng.normal(size=s).reshape(-1) for s in DEPTH3_SHAPES])
         mode = np.where(np.asarray(system.preacts(y, data)) > 0, events.ACTIVE, events.INACTIVE)
         sliding = rng.choice(system.P, 3, replace=False)
         mode[sliding] = events.SLIDING
@@ -218,6 +233,46 @@ def test_sliding_controls_derivative_matches_central_differences():
         central = (np.asarray(slopes(y + h * v, data, mode)) - np.asarray(slopes(y - h * v, data, mode))) / (2 * h)
         error = np.max(np.abs(np.asarray(derivative_of(y, v, data, mode)) - central))
         assert error <= 1e-7 * max(1.0, np.max(np.abs(central))), (seed, error)
+
+
+def test_sliding_controls_do_not_depend_on_the_residuals_scale():
+    """Square loss, no weight decay: the field is linear in the residuals ``out − Y``, so
+    scaling them by ε scales every rate by ε and leaves the sliding controls unchanged.
+    Three units put on their surfaces (depth 3, two in the first layer, one in the second)
+    and ``Y = out + ε·δ``: the controls at ε = 1e-8 (rates below 1e-6, as near a
+    stationary point) equal those at ε = 1, and the sliding rates vanish relative to the
+    others (to the round-off of ``out − Y`` over ε). A damping fixed at 1e-14 left them
+    near their start."""
+    from gflow import events
+
+    system, slopes, rates, _ = _depth3_controls()
+    rng = np.random.default_rng(14)  # of seeds 3-29, those with a control without effect excluded
+    W1, W2, W3 = (rng.normal(size=s) for s in DEPTH3_SHAPES)
+    X = rng.normal(size=(5, 3))
+    for j, i in ((0, 0), (2, 3)):  # first-layer neuron j on its surface at point i
+        W1[j] -= (W1[j] @ X[i]) / (X[i] @ X[i]) * X[i]
+    H1 = np.maximum(X @ W1.T, 0.0)
+    W2[1] -= (W2[1] @ H1[2]) / (H1[2] @ H1[2]) * H1[2]  # second-layer neuron 1 at point 2
+    out = np.maximum(H1 @ W2.T, 0.0) @ W3.T
+    delta = rng.normal(size=out.shape)
+    y = np.concatenate([W1.ravel(), W2.ravel(), W3.ravel()])
+    pre = np.asarray(system.preacts(y, (X, out, 0.0)))
+    sliding = np.abs(pre) < 1e-12
+    assert np.sum(sliding) == 3
+    mode = np.where(sliding, events.SLIDING, np.where(pre > 0, events.ACTIVE, events.INACTIVE))
+    solved = [
+        (
+            np.asarray(slopes(y, (X, out + eps * delta, 0.0), mode)),
+            np.asarray(rates(y, (X, out + eps * delta, 0.0), mode)),
+        )
+        for eps in (1.0, 1e-8)
+    ]
+    (c1, rates1), (c_small, rates_small) = [(c[sliding], r) for c, r in solved]
+    assert 1e-9 <= np.max(np.abs(rates_small)) <= 1e-6
+    assert np.max(np.abs(c_small - c1)) <= 1e-6
+    # Relative to the other rates: round-off at ε = 1; at 1e-8, that of out − Y over ε.
+    for r, bound in ((rates1, 1e-14), (rates_small, 1e-7)):
+        assert np.max(np.abs(r[sliding])) <= bound * np.max(np.abs(r[~sliding]))
 
 
 def test_sliding_rates_jacobian_is_the_autodiff_jacobian():
