@@ -275,6 +275,37 @@ def test_sliding_controls_do_not_depend_on_the_residuals_scale():
         assert np.max(np.abs(r[sliding])) <= bound * np.max(np.abs(r[~sliding]))
 
 
+def test_sliding_control_without_effect_keeps_a_finite_derivative():
+    """One unit sliding with rates and sensitivity near 1e-130 (output layer scaled by
+    1e-65, targets 0: every rate is quadratic in it; weight decay shrinking a unit's
+    weights reaches such rates, and Kvaerno5 differentiates its control): below 1e-50 a
+    control counts as without effect, so it stays at its start and its derivative is
+    finite. Damped relative to such a ``J`` the derivative divided by (J² + μ)² = 0 and
+    the implicit step went non-finite."""
+    import jax.numpy as jnp
+
+    from gflow import events
+
+    system, _, rates, _ = _depth3_controls()
+    rng = np.random.default_rng(14)
+    W1, W2, W3 = (rng.normal(size=s) for s in DEPTH3_SHAPES)
+    X = rng.normal(size=(5, 3))
+    W1[0] -= (W1[0] @ X[0]) / (X[0] @ X[0]) * X[0]
+    y = np.concatenate([W1.ravel(), W2.ravel(), 1e-65 * W3.ravel()])
+    data = (X, np.zeros((5, 1)), 0.0)
+    pre = np.asarray(system.preacts(y, data))
+    mode = np.where(pre > 0, events.ACTIVE, events.INACTIVE)
+    mode[0] = events.SLIDING  # layer 1, neuron 0, point 0
+    mode = jnp.asarray(mode)
+    warm = jnp.full(system.P, 0.25)
+    control, derivative = jax.jit(
+        lambda y, v: jax.jvp(lambda y: system._single_control(y, data, mode, warm)[1], (y,), (v,))
+    )(y, rng.normal(size=y.shape))
+    assert 1e-140 <= np.max(np.abs(np.asarray(rates(y, data, mode)))) <= 1e-120
+    assert np.all(np.isfinite(np.asarray(derivative)))
+    assert float(control[0]) == pytest.approx(0.25, abs=1e-12)
+
+
 def test_sliding_rates_jacobian_is_the_autodiff_jacobian():
     """The sliding controls' Jacobian is assembled point by point (a slope acts at its own
     point only, and every loss is a sum over points): it must equal ``jacfwd`` of the
