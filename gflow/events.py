@@ -386,7 +386,7 @@ class System:
 
         a_plus, a_minus = jax.vmap(rate)(jnp.array([1.0, 0.0]))
         J = a_plus - a_minus
-        mu = (1e-7 * jnp.maximum(jnp.abs(J), _SENSITIVITY_FLOOR)) ** 2
+        mu, _ = _damping(jnp.abs(J))
         c = warm[k]
         for _ in range(3):
             c = c - J * (a_minus + c * J) / (J * J + mu)
@@ -636,8 +636,15 @@ def _damped_inverse(J, valid):
     would shorten each Newton step to a fraction of a percent and leave the controls near
     their start."""
     both = valid[:, None] & valid[None, :]
-    scale = jnp.maximum(jnp.max(jnp.where(both, jnp.abs(J), 0.0)), _SENSITIVITY_FLOOR)
-    return _solve_small(J.T @ J + (1e-7 * scale) ** 2 * jnp.eye(J.shape[0]), J.T), scale
+    mu, scale = _damping(jnp.max(jnp.where(both, jnp.abs(J), 0.0)))
+    return _solve_small(J.T @ J + mu * jnp.eye(J.shape[0]), J.T), scale
+
+
+def _damping(sensitivity):
+    """``(μ, scale)``: the sliding rates' sensitivity to their controls floored at
+    ``_SENSITIVITY_FLOOR`` (``scale``), and the Levenberg–Marquardt damping ``(1e-7·scale)²``."""
+    scale = jnp.maximum(sensitivity, _SENSITIVITY_FLOOR)
+    return (1e-7 * scale) ** 2, scale
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))

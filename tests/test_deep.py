@@ -235,6 +235,22 @@ def test_sliding_controls_derivative_matches_central_differences():
         assert error <= 1e-7 * max(1.0, np.max(np.abs(central))), (seed, error)
 
 
+def _on_surface(w, x):
+    """``w`` without its component along ``x``: the unit's pre-activation at ``x`` is 0."""
+    return w - (w @ x) / (x @ x) * x
+
+
+def _depth3_draw(seed=14):
+    """``(rng, (W1, W2, W3), X)``: a depth-3 problem (5 points) from ``seed`` (of seeds
+    3-29, those with a control without effect excluded), first-layer neuron 0 put on its
+    surface at point 0; ``rng`` goes on drawing."""
+    rng = np.random.default_rng(seed)
+    W1, W2, W3 = (rng.normal(size=s) for s in DEPTH3_SHAPES)
+    X = rng.normal(size=(5, 3))
+    W1[0] = _on_surface(W1[0], X[0])
+    return rng, (W1, W2, W3), X
+
+
 def test_sliding_controls_do_not_depend_on_the_residuals_scale():
     """Square loss, no weight decay: the field is linear in the residuals ``out − Y``, so
     scaling them by ε scales every rate by ε and leaves the sliding controls unchanged.
@@ -246,13 +262,10 @@ def test_sliding_controls_do_not_depend_on_the_residuals_scale():
     from gflow import events
 
     system, slopes, rates, _ = _depth3_controls()
-    rng = np.random.default_rng(14)  # of seeds 3-29, those with a control without effect excluded
-    W1, W2, W3 = (rng.normal(size=s) for s in DEPTH3_SHAPES)
-    X = rng.normal(size=(5, 3))
-    for j, i in ((0, 0), (2, 3)):  # first-layer neuron j on its surface at point i
-        W1[j] -= (W1[j] @ X[i]) / (X[i] @ X[i]) * X[i]
+    rng, (W1, W2, W3), X = _depth3_draw()
+    W1[2] = _on_surface(W1[2], X[3])  # first-layer neuron 2 at point 3 (neuron 0 at point 0)
     H1 = np.maximum(X @ W1.T, 0.0)
-    W2[1] -= (W2[1] @ H1[2]) / (H1[2] @ H1[2]) * H1[2]  # second-layer neuron 1 at point 2
+    W2[1] = _on_surface(W2[1], H1[2])  # second-layer neuron 1 at point 2
     out = np.maximum(H1 @ W2.T, 0.0) @ W3.T
     delta = rng.normal(size=out.shape)
     y = np.concatenate([W1.ravel(), W2.ravel(), W3.ravel()])
@@ -287,10 +300,7 @@ def test_sliding_control_without_effect_keeps_a_finite_derivative():
     from gflow import events
 
     system, _, rates, _ = _depth3_controls()
-    rng = np.random.default_rng(14)
-    W1, W2, W3 = (rng.normal(size=s) for s in DEPTH3_SHAPES)
-    X = rng.normal(size=(5, 3))
-    W1[0] -= (W1[0] @ X[0]) / (X[0] @ X[0]) * X[0]
+    rng, (W1, W2, W3), X = _depth3_draw()
     y = np.concatenate([W1.ravel(), W2.ravel(), 1e-65 * W3.ravel()])
     data = (X, np.zeros((5, 1)), 0.0)
     pre = np.asarray(system.preacts(y, data))

@@ -1,0 +1,75 @@
+"""Run the test suite: one pytest process per test file, several files at a time.
+
+One process for the whole suite crashes inside XLA's compiler (README), so each file gets
+its own. Most of a file's time is XLA compiling its programs, one core each, so on a
+2-core machine two files at once take about half the wall time of one after the other.
+The slowest files start first; each file's output is printed when it ends, and the exit
+status is 1 if any file failed (every file still runs).
+
+    python tests/run.py [--jobs N] [pytest files...]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+# The slowest files first (wall seconds, two at a time on 2 cores, 2026-12-01: 751, 580,
+# 417, 141, 92, 71, 41, 29, 13); files not listed start after these, largest first.
+SLOWEST_FIRST = (
+    "test_deep.py",
+    "test_flow.py",
+    "test_experiments_deep.py",
+    "test_benchmarks.py",
+    "test_experiments.py",
+    "test_sweep.py",
+    "test_regions.py",
+    "test_reference.py",
+    "test_theory.py",
+)
+
+
+def _ordered(files):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    return sorted(files, key=lambda f: (rank.get(f.name, len(rank)), -f.stat().st_size))
+
+
+def _run(path):
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", str(path)],
+        cwd=TESTS.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - start
+    print(f"===== {os.path.relpath(path, TESTS.parent)}: exit {proc.returncode}, {elapsed:.0f} s =====")
+    print(proc.stdout, flush=True)
+    return proc.returncode
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="test files at once (default: CPU cores)")
+    parser.add_argument("files", nargs="*", type=Path, help="test files (default: tests/test_*.py)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    files = [f.resolve() for f in args.files] or sorted(TESTS.glob("test_*.py"))
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        parser.error(f"no such test file: {', '.join(missing)}")
+    files = _ordered(files)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        codes = list(pool.map(_run, files))
+    failed = [f.name for f, code in zip(files, codes) if code != 0]
+    summary = f"{len(files) - len(failed)} of {len(files)} test files passed in {time.perf_counter() - start:.0f} s"
+    print(summary + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
