@@ -32,6 +32,7 @@ RUNS = {
     "devices": ["--devices", "1,2", "--batch", "8", "--chunks", "", "--lanes", "4", "--t1", "20", "--repeats", "1"],
     "gpu": ["--allow-cpu", "--batches", "8", "--check", "4", "--gd-steps", "100", "--repeats", "1", "--t1", "20"],
     "scaling": ["--batches", "1,4", "--depths", "2", "--widths", "2", "--points", "2", "--t1s", "20", "--base-batch", "4"],
+    "tail": ["--seeds", "6", "--members", "2", "--t0", "5", "--t1", "20", "--pids", "0.2:0.4"],
 }  # fmt: skip
 
 
@@ -120,3 +121,20 @@ def test_scaling_records_steps_and_events(runs):
         assert r["all_success"], r
         assert r["iterations"]["mean"] >= r["accepted_steps"]["mean"] > 0
         assert r["events"]["mean"] >= 0
+
+
+def test_tail_agrees_with_scipy(runs):
+    """``benchmarks/tail.py``: from gflow's state at ``t0`` SciPy's DOP853 and Radau, on
+    the NumPy field, end where gflow's whole run ends; gflow restarted there does too; the
+    switched bound never exceeds gflow's own steps."""
+    res = runs["tail"][2]["results"]
+    rows = res["tail"]["rows"]
+    assert len(rows) == 2
+    for r in rows:
+        assert r["DOP853"]["success"] and r["Radau"]["success"]
+        assert max(r["DOP853"]["error"], r["Radau"]["error"], r["gflow_tail_error"]) < 1e-6, r
+        assert 0 < r["gflow_tail"] < r["gflow_total"]
+    summary = res["tail"]["summary"]
+    assert summary["switched_total_mean"] <= summary["gflow_total_mean"] and summary["ratio"] >= 1
+    (controller,) = res["controller"]
+    assert controller["iterations"] >= controller["accepted"] > 0 and controller["error_vs_tight"] < 1e-7
