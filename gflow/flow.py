@@ -154,7 +154,7 @@ def compiled(cfg: Config):
             )
         return solver, diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
 
-    def run(y0, X, Y, wd, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
+    def run(y0, X, Y, wd, modes, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
         # Only the first ``count`` of the N rows are integrated; the rest are padding
         # (never started, results left at zero), so a padded batch costs no extra work.
         N, L, S = y0.shape[0], cfg.lanes, len(ts)
@@ -166,18 +166,20 @@ def compiled(cfg: Config):
         # Called before the loop and again inside it (refill): jitted, with every input an
         # argument, so that it is traced once (see events._traced_once).
         @jax.jit
-        def start_lanes(idx, y0, X, Y, wd, t1, rtol, atol, ts):
+        def start_lanes(idx, y0, X, Y, wd, modes, t1, rtol, atol, ts):
             """Lane states for trajectories ``idx`` (``(L,)``), at t = 0."""
             solver, controller = tools(rtol, atol)
 
-            def member_init(y, data):
+            def member_init(y, data, given):
+                # Given modes (a continued run; checked against the signs by the caller)
+                # are kept; the others follow the signs, p = 0 decided below.
                 p = system.preacts(y, data)
-                mode = jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE).astype(jnp.int8)
-                return mode, p == 0.0, jnp.abs(p) > _noise(p, rtol, atol)
+                mode = jnp.where(given >= 0, given, jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE)).astype(jnp.int8)
+                return mode, (p == 0.0) & (given < 0), jnp.abs(p) > _noise(p, rtol, atol)
 
             y = y0[idx]
             data = (X[idx], Y[idx], wd[idx])
-            mode, on_surface, armed = vmap(member_init)(y, data)
+            mode, on_surface, armed = vmap(member_init)(y, data, modes[idx])
             control = jnp.zeros((L, P))
             buffers = (
                 jnp.full((L, E), jnp.nan), jnp.full((L, E), -1, jnp.int32), jnp.full((L, E), -1, jnp.int32),
@@ -225,7 +227,7 @@ def compiled(cfg: Config):
             )  # fmt: skip
 
         def init_lanes(idx):
-            return start_lanes(idx.astype(jnp.int32), y0, X, Y, wd, t1, rtol, atol, ts)
+            return start_lanes(idx.astype(jnp.int32), y0, X, Y, wd, modes, t1, rtol, atol, ts)
 
         lanes0 = jnp.arange(L)
         state = init_lanes(jnp.minimum(lanes0, jnp.maximum(count - 1, 0)))

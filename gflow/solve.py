@@ -8,9 +8,9 @@ import math
 import jax
 import numpy as np
 
-from .flow import _IMPLICIT, _SOLVERS, Config, compiled, ravel
+from .flow import _IMPLICIT, _SOLVERS, Config, _noise, compiled, ravel
 from .losses import CLASSIFICATION, LOSSES
-from .networks import index_table
+from .networks import index_table, preactivations
 from .solution import Crossings, Solution, Status
 
 __all__ = ["simulate", "simulate_batch"]
@@ -38,6 +38,7 @@ def simulate(
     pcoeff=0.2,
     icoeff=0.4,
     events="stop",
+    modes=None,
     throw=True,
 ) -> Solution:
     """Integrate the gradient flow ``dθ/dt = −∇L(θ)`` of a bias-free ReLU network exactly.
@@ -93,6 +94,16 @@ def simulate(
             ``benchmarks/through.py`` for what it costs in accuracy. The event budget
             does not stop this mode: ``crossings`` keeps the first ``max_events``,
             ``stats["num_events"]`` counts all.
+        modes: the starting mode of every pre-activation (``(P,)`` ints, 0 inactive, 1
+            active, 2 sliding, flat order of :mod:`gflow.networks`), to continue a run
+            from where it stopped: pass its ``final_modes`` with its ``params``. Default:
+            by the signs of the pre-activations, a unit at exactly ``p = 0`` decided by its
+            one-sided rates. The signs cannot tell what a run knew: a neuron that died on
+            its surface is frozen at ``p`` within the tolerance of 0, possibly on the
+            active side, and a new call from that state would revive it where a
+            continuation keeps it dead. Each given mode must agree with its ``p`` up to
+            the round-off band ``10·(atol + rtol·max(1, max|p|))`` inside which no event
+            fires (sliding: ``|p|`` within it).
         throw: raise ``RuntimeError`` when the status is not a success.
 
     Returns:
@@ -108,8 +119,8 @@ def simulate(
     sol = simulate_batch(
         [W[None] for W in params], X, Y, loss=loss, t1=t1, rtol=rtol, atol=atol, weight_decay=weight_decay,
         saveat=saveat, gtol=gtol, ltol=ltol, dtol=dtol, solver=solver, max_steps=max_steps, max_events=max_events,
-        max_sliding=max_sliding, event_samples=event_samples, pcoeff=pcoeff, icoeff=icoeff, events=events, lanes=1,
-        devices=1,
+        max_sliding=max_sliding, event_samples=event_samples, pcoeff=pcoeff, icoeff=icoeff, events=events,
+        modes=modes, lanes=1, devices=1,
         throw=False,
     )[0]  # fmt: skip
     if throw and not sol.status.success:
@@ -139,6 +150,7 @@ def simulate_batch(
     pcoeff=0.2,
     icoeff=0.4,
     events="stop",
+    modes=None,
     lanes=16,
     devices=None,
     throw=False,
@@ -147,8 +159,9 @@ def simulate_batch(
 
     Every weight matrix carries a leading batch axis ``B``. ``X`` and ``Y`` are shared
     (shapes as in :func:`simulate`) or carry the same leading batch axis (one data set
-    per member); ``weight_decay`` is a float or one per member. The program is compiled
-    once per shape and configuration and reused.
+    per member); ``weight_decay`` is a float or one per member; ``modes`` is ``(B, P)``
+    (e.g. a batch solution's ``final_modes``) or ``(P,)`` for every member. The program
+    is compiled once per shape and configuration and reused.
 
     Returns a :class:`gflow.Solution` whose fields have a leading axis ``B``: ``status``
     holds int codes (``gflow.Status``) per member, crossings are padded to
@@ -204,6 +217,7 @@ def simulate_batch(
     P = n * sum(hidden)
     max_events = 64 + 16 * P if max_events is None else _count("max_events", max_events)
     max_sliding = min(P, 8) if max_sliding is None else _count("max_sliding", max_sliding)
+    modes = _as_modes(modes, params, X, B, P, rtol, atol, max_sliding)
     devices = _devices(devices)
     if solver in _IMPLICIT:
         # Implicit solvers run on the first device only: their linear solves fail to trace
@@ -228,15 +242,15 @@ def simulate_batch(
     )  # fmt: skip
     max_steps = _count("max_steps", max_steps)
     rows = np.minimum(starts[:, None] + np.arange(per), B - 1)  # (D, per); past a share: padding
-    y0, X, Y, wd = (a[rows] for a in (ravel(params), X, Y, wd))
+    y0, X, Y, wd, modes = (a[rows] for a in (ravel(params), X, Y, wd, modes))
     scalars = (t1, rtol, atol, gtol_v, ltol_v, dtol_v, ts, max_steps)
     if D == 1:
         run, _ = compiled(cfg)
         with jax.default_device(devices[0]):
-            out, loss_v, gnorm = run(y0[0], X[0], Y[0], wd[0], counts[0], *scalars)
+            out, loss_v, gnorm = run(y0[0], X[0], Y[0], wd[0], modes[0], counts[0], *scalars)
         out, loss_v, gnorm = jax.tree.map(lambda a: np.asarray(a)[None], (out, loss_v, gnorm))
     else:
-        out, loss_v, gnorm = _sharded(cfg, tuple(devices))(y0, X, Y, wd, counts, *scalars)
+        out, loss_v, gnorm = _sharded(cfg, tuple(devices))(y0, X, Y, wd, modes, counts, *scalars)
     real = np.arange(per)[None, :] < counts[:, None]  # (D, per), row-major = member order
     out, loss_v, gnorm = jax.tree.map(lambda a: np.asarray(a)[real], (out, loss_v, gnorm))
     sol = _to_solution(out, loss_v, gnorm, params, ts, n, hidden)
@@ -249,7 +263,42 @@ def simulate_batch(
 def _sharded(cfg, devices):
     """The batch integrator mapped over devices: one shard of trajectories per device."""
     run, _ = compiled(cfg)
-    return jax.pmap(run, in_axes=(0, 0, 0, 0, 0) + (None,) * 8, devices=list(devices))
+    return jax.pmap(run, in_axes=(0,) * 6 + (None,) * 8, devices=list(devices))
+
+
+def _as_modes(modes, params, X, B, P, rtol, atol, max_sliding):
+    """``modes`` as ``(B, P)`` int8 (``-1``: decide by the sign, the default), checked
+    against the pre-activations of ``params`` (see :func:`simulate`)."""
+    if modes is None:
+        return np.full((B, P), -1, np.int8)
+    given = np.asarray(modes)
+    if given.shape == (P,):
+        given = np.broadcast_to(given, (B, P))
+    if given.shape != (B, P):
+        raise ValueError(f"modes: expected shape ({P},) or ({B}, {P}) (one mode per pre-activation), got {given.shape}")
+    if not (np.issubdtype(given.dtype, np.integer) and np.all((given >= 0) & (given <= 2))):
+        raise ValueError(
+            f"modes: expected integers 0 (inactive), 1 (active) or 2 (sliding), got {given.dtype} values "
+            f"{np.unique(given)}"
+        )
+    p = np.asarray(jax.vmap(preactivations)(list(params), X))
+    band = np.asarray(_noise(p, rtol, atol))[:, None]  # the engine's round-off band, per member
+    wrong = np.where(given == 1, p < -band, np.where(given == 0, p > band, np.abs(p) > band))
+    if np.any(wrong):
+        b, k = (int(v[0]) for v in np.nonzero(wrong))
+        layer, neuron, point = (int(t[k]) for t in index_table(X.shape[1], tuple(W.shape[1] for W in params[:-1])))
+        name = ("inactive", "active", "sliding")[given[b, k]]
+        raise ValueError(
+            f"modes: member {b}, pre-activation {k} (layer {layer}, neuron {neuron}, point {point}) is given "
+            f"{name} but p = {p[b, k]:.3g}, outside the round-off band ±{band[b, 0]:.2g} of that side; expected "
+            "the modes a run ended with at these params (its final_modes)"
+        )
+    sliding = np.sum(given == 2, axis=1)
+    if np.any(sliding > max_sliding):
+        raise ValueError(
+            f"modes: {int(sliding.max())} sliding units in one member, more than max_sliding={max_sliding}"
+        )
+    return given.astype(np.int8)
 
 
 def _devices(devices):

@@ -125,7 +125,8 @@ def test_several_units_slide_on_their_surfaces():
     point in consecutive layers (their rates are then quadratic in the controls). The
     sliding units' pre-activations, recomputed in NumPy from the saved weights, stay at
     round-off (before the equivalent controls were iterated to a residual tolerance they
-    drifted to 1e-3), and gradient descent approaches the end point at first order in η."""
+    drifted to 1e-3), gradient descent approaches the end point at first order in η, and
+    the run stopped at t = 38 and continued with its modes ends at the same point."""
     rng = np.random.default_rng(12345)
     X, Y = rng.standard_normal((8, 2)), rng.standard_normal((8, 2))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -147,6 +148,18 @@ def test_several_units_slide_on_their_surfaces():
     errors = [max_diff([W[0] for W in gradient_descent_batch(params, X, Y, lr=lr, steps=round(38.5 / lr))], end)
               for lr in (3e-4, 1e-4)]  # fmt: skip
     assert errors[1] <= 5e-5 and 2.0 <= errors[0] / errors[1] <= 4.5
+    # Stopped at t = 38 with the three units sliding and continued with the modes it had
+    # there (``modes=final_modes``; the controls are solved afresh): the same end point.
+    # (Six save times in both legs: the same compiled program as above.)
+    part = gflow.simulate_batch(params, X, Y, t1=38.0, saveat=ts - 0.5, rtol=1e-10, atol=1e-12)
+    assert np.sum(part.final_modes[0] == gflow.events.SLIDING) >= 3
+    rest = gflow.simulate_batch(
+        part.params, X, Y, t1=0.5, saveat=np.linspace(0.0, 0.5, 6), rtol=1e-10, atol=1e-12, modes=part.final_modes
+    )
+    assert rest.status[0] == Status.REACHED_T1 and rest.crossings.count[0] == 0
+    # 2e-12 measured; by the signs alone the units start off their surfaces, slide again
+    # after three events and end 1.7e-8 away.
+    assert max_diff([W[0] for W in rest.params], end) <= 1e-10
 
 
 def test_through_kinks_against_scipy():

@@ -286,3 +286,34 @@ def test_event_budget(authors, authors_xavier):
     capped = gflow.simulate(start, X, Y, t1=150.0, max_events=1, throw=False, **TIGHT)
     assert capped.status == Status.MAX_EVENTS
     assert capped.crossings.count == 1 and capped.crossings.t[0] == sol.crossings.t[0]
+
+
+def test_continuing_a_run_keeps_its_modes(authors):
+    """A run continued from where it stopped (``modes=final_modes``) is the uninterrupted
+    run; a new call from its weights alone is not, where a neuron died on its surface.
+
+    Authors' data, Xavier seeds 94, 173 and 264 of ``PRNGKey(0)``'s 288 (``benchmarks.gd``'s
+    seeds), to t = 100 and then 50 more: 173 loses a neuron at t ≈ 0.01 (inactive at both
+    points, frozen at p = +2e-9), 94 and 264 end with units sliding."""
+    X, Y = authors
+    draw = gflow.init_params(jax.random.PRNGKey(0), (2, 2, 2), "xavier_normal", batch=288)
+    params = [np.asarray(W)[[94, 173, 264]] for W in draw]
+    whole = gflow.simulate_batch(params, X, Y, t1=150.0)
+    first = gflow.simulate_batch(params, X, Y, t1=100.0)
+    cont = gflow.simulate_batch(first.params, X, Y, t1=50.0, modes=first.final_modes)
+    plain = gflow.simulate_batch(first.params, X, Y, t1=50.0)
+    for sol in (whole, first, cont, plain):
+        assert np.all(sol.status == Status.REACHED_T1), sol.message
+    np.testing.assert_array_equal(cont.initial_modes, first.final_modes)
+    np.testing.assert_array_equal(cont.final_modes, whole.final_modes)
+    assert max_diff(cont.params, whole.params) < 1e-7
+    # The dead neuron is frozen exactly (it has no gradient), and stays dead.
+    assert np.all(first.final_modes[1, :2] == 0)
+    np.testing.assert_array_equal(cont.params[0][1, 0], first.params[0][1, 0])
+    # The units sliding at t = 100 stay on their surfaces to t = 150.
+    p = np.stack([np.asarray(gflow.networks.preactivations([W[b] for W in cont.params], X)) for b in range(3)])
+    sliding = cont.final_modes == gflow.events.SLIDING
+    assert np.any(sliding) and np.max(np.abs(p[sliding])) < 1e-9
+    # From the weights alone the dead neuron of 173 starts active and revives (loss ~1e-9
+    # instead of 1/2): what the modes are for.
+    assert whole.loss[1] > 0.49 and plain.loss[1] < 1e-6

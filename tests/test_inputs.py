@@ -37,6 +37,15 @@ P = [np.array([[0.5, 0.1], [-0.2, 0.4]]), np.array([[0.3, 0.0], [0.1, 0.2]])]
         (dict(saveat=[0.0, 20.0]), r"saveat: expected strictly increasing finite times in \[0, t1"),
         (dict(max_steps=0), r"max_steps: expected a positive integer"),
         (dict(max_events=1.5), r"max_events: expected a positive integer"),
+        (dict(modes=np.ones(3, int)), r"modes: expected shape \(4,\) or \(1, 4\)"),
+        (dict(modes=np.full(4, 3)), r"modes: expected integers 0 \(inactive\), 1 \(active\) or 2 \(sliding\)"),
+        (dict(modes=np.ones(4)), r"modes: expected integers .* got float64 values"),
+        # p = (0.5, 0.1, -0.2, 0.4) in the flat order (neuron, point).
+        (
+            dict(modes=np.ones(4, int)),
+            r"modes: member 0, pre-activation 2 \(layer 0, neuron 1, point 0\) is given active but p = -0.2",
+        ),
+        (dict(modes=np.array([1, 1, 0, 2])), r"modes: member 0, pre-activation 3 .* given sliding but p = 0.4"),
     ],
 )
 def test_bad_input(kwargs, match):
