@@ -81,34 +81,32 @@ def tail_steps(params, X, Y, t0, t1, members, rtol, atol):
     from scipy.integrate import solve_ivp
 
     import gflow
+    from gflow.flow import _unravel_for, ravel
     from gflow.reference import loss_gradient
 
     whole = gflow.simulate_batch(params, X, Y, t1=t1, saveat=[t0], rtol=rtol, atol=atol)
-    chosen = [b for b in range(len(whole.status)) if _eligible(whole, b, t0, X)][:members]
+    eligible = [b for b in range(len(whole.status)) if _eligible(whole, b, t0, X)]
+    chosen = eligible[:members]
     if not chosen:
         raise SystemExit(
             f"no member crosses no kink after t0 = {t0:g}, ends without sliding and starts off its surfaces"
         )
     tail = gflow.simulate_batch([W[chosen, 0] for W in whole.ys], X, Y, t1=t1 - t0, rtol=rtol, atol=atol)
-    shapes = [W.shape[1:] for W in params]
-    sizes = [int(np.prod(s)) for s in shapes]
-
-    def unflatten(theta):
-        return [a.reshape(s) for a, s in zip(np.split(theta, np.cumsum(sizes)[:-1]), shapes)]
+    unflatten = _unravel_for([W.shape[1:] for W in params])
+    starts, ends, tail_ends = ravel(whole.ys)[:, 0], ravel(whole.params), ravel(tail.params)
 
     def field(_, theta):
-        return -np.concatenate([g.ravel() for g in loss_gradient(unflatten(theta), X, Y)])
+        return -ravel(loss_gradient(unflatten(theta), X, Y))
 
     rows = []
     for j, b in enumerate(chosen):
-        start = np.concatenate([W[b, 0].ravel() for W in whole.ys])
-        end = np.concatenate([W[b].ravel() for W in whole.params])
+        start, end = starts[b], ends[b]
         row = dict(
             member=b,
             gflow_total=int(whole.stats["num_accepted"][b]),
             gflow_tail=int(tail.stats["num_accepted"][j]),
             gflow_tail_rejected=int(tail.stats["num_rejected"][j]),
-            gflow_tail_error=float(np.max(np.abs(np.concatenate([W[j].ravel() for W in tail.params]) - end))),
+            gflow_tail_error=float(np.max(np.abs(tail_ends[j] - end))),
         )
         for method in METHODS:
             try:
@@ -134,7 +132,7 @@ def tail_steps(params, X, Y, t0, t1, members, rtol, atol):
     radau = np.array([r["Radau"]["steps"] if r["Radau"]["success"] else np.inf for r in rows])
     switched = total - mine + np.minimum(mine, radau)
     summary = dict(
-        members=len(rows), eligible=sum(_eligible(whole, b, t0, X) for b in range(len(whole.status))),
+        members=len(rows), eligible=len(eligible),
         gflow_total_mean=total.mean(), gflow_tail_mean=mine.mean(), gflow_tail_median=float(np.median(mine)),
         **{f"{m}_failed": [r["member"] for r in rows if not r[m]["success"]] for m in METHODS},
         **{f"{m}_tail_mean": float(np.mean(steps(m))) for m in METHODS},
