@@ -37,7 +37,10 @@ Signs are decided with a relative tolerance, so round-off at the surface never f
 decision back and forth, and the integrator never looks at the sign of ``p`` to pick a
 side: the mode is state, and an event is a sign change of the mode's own *guard*
 (``p`` if active, ``−p`` if inactive, ``min(c, 1 − c)`` if sliding) from positive to
-non-positive inside a step.
+non-positive inside a step. The one exception follows an event in a deep network: units
+whose pre-activations the new modes moved beyond their round-off band on the other side
+of their surfaces (their guards already negative, so they would never change sign) take
+the mode of their side at once (:func:`gflow.flow._settle`).
 """
 
 from __future__ import annotations
@@ -369,13 +372,18 @@ class System:
 
     def _single_control(self, y, data, mode, warm):
         """:meth:`equivalent_control` when at most one unit slides (deeper networks), at the
-        cost of two field evaluations rather than three Jacobians. Its rate is affine in its
-        own control ``c``
-        (no pre-activation depends on it, and the rate's gradient only on the slopes of
-        lower layers): ``r(c) = a₋ + c·(a₊ − a₋)`` from the two one-sided rates. The damped
-        Newton step of :meth:`equivalent_control` (:func:`_damped_inverse`: damping
-        ``(1e-7·|J|)²``, ``|J|`` floored) is run three times on this scalar affine residual,
-        which it solves to round-off, so both give the same control."""
+        cost of three field evaluations rather than three Jacobians. On its surface its rate
+        is affine in its own control ``c`` (the rate's gradient depends only on the slopes
+        of lower layers, and the unit's output ``c·p`` is 0): ``r(c) ≈ a₋ + c·(a₊ − a₋)``
+        from the two one-sided rates. The damped Newton step of :meth:`equivalent_control`
+        (:func:`_damped_inverse`: damping ``(1e-7·|J|)²``, ``|J|`` floored) is run three
+        times on this affine model, then once more on the true rate at the control found:
+        a unit held within the event tolerance of its surface (``p`` ~ 1e-11, not 0) feeds
+        ``c·p`` to the layers above, which makes ``r`` quadratic in ``c`` with a coefficient
+        of order ``p``. Without that step the rate left over is of order ``p`` and can feed
+        ``p`` itself: in a thm4 run (depth 3, width 4, ``λ = 1e-2``) a sliding unit's ``p``
+        grew from 1e-11 to 2e-3 while it slid. With it both routes give the same control
+        (``tests/test_deep.py::test_single_sliding_control_zeroes_the_rate_off_the_surface``)."""
         k = jnp.argmax(mode == SLIDING)
         sliding = mode[k] == SLIDING
         base = self.base_slopes(mode, jnp.zeros_like(warm))
@@ -390,6 +398,7 @@ class System:
         c = warm[k]
         for _ in range(3):
             c = c - J * (a_minus + c * J) / (J * J + mu)
+        c = c - J * rate(c) / (J * J + mu)
         c = jnp.where(sliding, c, warm[k])
         return jnp.where(sliding, base.at[k].set(c), base), warm.at[k].set(c)
 

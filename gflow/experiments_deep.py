@@ -192,8 +192,10 @@ def thm4(
     (:func:`gflow.theory.theorem4_bound`). For every configuration ``runs`` students start
     Xavier-normal and follow the exact gradient flow of ``L + (λ/2)‖θ‖²`` to its stationary
     point (status ``CONVERGED``, ``‖∇‖ < gtol``) for each ``λ`` in ``lambdas`` in turn, each
-    stage starting where the previous one ended. As ``λ → 0`` the stationary points
-    approach interpolating nets of locally minimal norm.
+    stage starting where the previous one ended: its weights and the mode of every unit
+    (``modes=``, see :func:`gflow.simulate`), so that a neuron that died on its surface
+    stays dead. As ``λ → 0`` the stationary points approach interpolating nets of locally
+    minimal norm.
 
     Arguments:
         depths: student depths ``k' ≥ 3`` for the bound (``2`` is included as the
@@ -242,12 +244,13 @@ def thm4(
         params = _starts(seed, depth, w, runs)
         stages = []
         steps = events_n = 0
+        modes = None  # the first stage decides by the signs, later ones continue the last
         for lam in lambdas:
             sol = simulate_batch(
                 params, td.X, td.Y, loss="square", weight_decay=lam, t1=t1, gtol=gtol, rtol=rtol, atol=atol,
-                max_steps=max_steps, max_sliding=16, solver=solver, events=events,
+                max_steps=max_steps, max_sliding=16, solver=solver, events=events, modes=modes,
             )  # fmt: skip
-            params = sol.params
+            params, modes = sol.params, sol.final_modes
             steps = steps + sol.stats["num_iterations"]
             events_n = events_n + sol.stats["num_events"]
             stages.append(dict(status=sol.status, t=sol.t, loss=sol.loss, **_measures(params, td.X, kmax, wmax, dmax)))

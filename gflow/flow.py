@@ -351,7 +351,12 @@ def compiled(cfg: Config):
             return hi, o["cand"] & (g_hi <= 0)
 
         def member_handle(y, mode, control, pending, data):
-            return system.handle(y, data, mode, control, pending)
+            before, involved = mode, pending | (mode == ev.SLIDING)  # involved: at their surfaces
+            mode, control, pending, records = system.handle(y, data, mode, control, pending)
+            if len(cfg.hidden_widths) > 1:
+                mode, settled = _settle(system, y, data, before, mode, control, involved, rtol, atol)
+                records = records + (settled,)
+            return mode, control, pending, records
 
         def member_checks(y, mode, control, data, n_sliding, chord):
             if not (cfg.use_gtol or cfg.use_dtol):
@@ -600,6 +605,45 @@ def _noise(p, rtol, atol):
     than round-off."""
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(p), axis=-1, initial=0.0))
     return jnp.maximum(10.0 * (atol + rtol * scale), 1e-12 * scale)
+
+
+def _settle(system, y, data, before, mode, control, involved, rtol, atol):
+    """Deep networks, after the modes of an event are decided (``before`` → ``mode``): units
+    whose pre-activations the new modes moved clearly to the other side of their surfaces
+    take the mode of their side.
+
+    The engine's forward passes use the modes' slopes, so when a unit switches mode, the
+    pre-activations above it at its point jump by its output: a unit that fires at the
+    edge of its round-off band switches from 0 to ``p`` ≈ band at once (for
+    ``relu(p)`` that change is continuous). A unit above it may then start beyond its
+    own band on the wrong side of its mode, where its guard is already negative and never
+    changes sign: in a depth-4 thm4 run (``λ = 1e-2``) two third-layer units at a point
+    whose lower layers had just revived stayed inactive on the active side (``p`` up to
+    +0.017 and +0.026), one of them to the end of the run. Such units cross now (a :attr:`Kind.CROSS` record towards their
+    side); then units whose point has no activation left below are cut (inactive,
+    :attr:`Kind.CUT`), as in :meth:`System.handle`. Layer by layer from the bottom, since
+    a layer's pre-activations depend on the modes below it. Only units whose
+    pre-activation the event moved are looked at, and none ``involved`` in it (handled,
+    still pending or sliding: they sit at their surfaces, where their rates decide):
+    others are left to their guards, which allow a unit that has just touched its surface
+    to sit within its band on the other side. Returns ``(mode, (mask, kind, direction))``."""
+    n, widths = system.n, system.hidden_widths
+    layer = jnp.asarray(np.repeat(np.arange(len(widths)), [d * n for d in widths]))
+    p_before = system.preacts(y, data, system.base_slopes(before, control), held=True)
+    mask, kind, direction = (jnp.zeros(system.P, t) for t in (bool, jnp.int32, jnp.int32))
+    for ell in range(len(widths)):
+        p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
+        here = (layer == ell) & ~involved & (p != p_before)
+        band = _noise(p, rtol, atol)
+        up = here & (mode == ev.INACTIVE) & (p > band)
+        down = here & (mode == ev.ACTIVE) & (p < -band)
+        mode = jnp.where(up, ev.ACTIVE, jnp.where(down, ev.INACTIVE, mode)).astype(mode.dtype)
+        cut = system.cut(mode)[0] & (mode != ev.INACTIVE) & ~involved
+        mode = jnp.where(cut, ev.INACTIVE, mode).astype(mode.dtype)
+        mask = mask | up | down | cut
+        kind = jnp.where(up | down, int(ev.Kind.CROSS), jnp.where(cut, int(ev.Kind.CUT), kind))
+        direction = jnp.where(up, 1, jnp.where(down | cut, -1, direction))
+    return mode, (mask, kind, direction)
 
 
 def _bcast(mask, a):

@@ -11,7 +11,7 @@ from conftest import max_diff
 
 import gflow
 from gflow import Status
-from gflow.reference import balance_drift, gradient_descent_batch, loss_gradient, scipy_flow
+from gflow.reference import balance_drift, gradient_descent_batch, loss_gradient, preactivations, scipy_flow
 
 
 def _problem(seed, widths, n, labels=False):
@@ -35,6 +35,20 @@ def _stack(problems):
     )
 
 
+def _assert_modes_on_their_sides(sol, X, band=1e-9):
+    """Every member's final modes against its pre-activations recomputed in NumPy from the
+    final weights: active units at ``p > −band``, inactive at ``p < band``, sliding within
+    ``band`` of 0. (A sliding unit whose control did not zero its rate drifted off its
+    surface while it slid and then left to the wrong side: inactive at ``p = +1.7e-3``.)"""
+    for b in range(len(sol.status)):
+        Xb = X[b] if np.ndim(X) == 3 else X
+        p = np.concatenate([z.ravel() for z in preactivations([np.asarray(W[b]) for W in sol.params], Xb)])
+        mode = np.asarray(sol.final_modes[b])
+        assert np.all(p[mode == gflow.events.ACTIVE] > -band), b
+        assert np.all(p[mode == gflow.events.INACTIVE] < band), b
+        assert np.all(np.abs(p[mode == gflow.events.SLIDING]) <= band), b
+
+
 EXP_WIDTHS = (3, 6, 6, 1)
 EXP_SEEDS = (0, 1, 3)  # seeds 0-7 scanned: these fit every point (2 slides on 9 units, 4 leaves one point at 0)
 
@@ -55,6 +69,7 @@ def test_exponential_reaches_1e8(exponential_long):
     problems, sol, ts = exponential_long
     assert np.all(sol.status == Status.REACHED_T1)
     assert np.all(sol.stats["num_iterations"] < 5_000)
+    _assert_modes_on_their_sides(sol, np.stack([X for _, X, _ in problems]))
     for b, (p, X, Y) in enumerate(problems):
         norms = []
         for s in range(len(ts)):
@@ -111,6 +126,7 @@ def test_weight_decay_stationary_point():
     assert np.all(sol.status == Status.CONVERGED)
     sliding = [bool(np.any(m == gflow.events.SLIDING)) for m in sol.final_modes]
     assert sliding == [True, False, False]
+    _assert_modes_on_their_sides(sol, X)
     for b, (p, X1, Y1) in enumerate(problems):
         theta = [np.asarray(W[b]) for W in sol.params]
         assert sol.t[b] < 1e6
@@ -137,6 +153,7 @@ def test_several_units_slide_on_their_surfaces():
     assert sol.status[0] == Status.REACHED_T1
     sliding = np.flatnonzero(sol.final_modes[0] == gflow.events.SLIDING)
     assert len(sliding) >= 3
+    _assert_modes_on_their_sides(sol, X)
     for i in range(len(ts)):
         H, pre = X, []
         for W in [Ws[0, i] for Ws in sol.ys][:-1]:
@@ -301,6 +318,41 @@ def test_sliding_controls_do_not_depend_on_the_residuals_scale():
         assert np.max(np.abs(r[sliding])) <= bound * np.max(np.abs(r[~sliding]))
 
 
+def test_single_sliding_control_zeroes_the_rate_off_the_surface():
+    """A unit slides within the event tolerance of its surface, not on it: its output
+    ``c·p`` reaches the layers above, so its rate is not quite affine in its control. The
+    one-unit route (:meth:`System._single_control`, two one-sided rates) must still zero
+    the true rate, as the general Newton route does. Solved on the affine model alone it
+    left a rate of order ``p``, which fed ``p``: a thm4 run (depth 3, width 4, λ = 1e-2)
+    had a unit's ``p`` grow from 1e-11 to 2e-3 while it slid, then leave to the inactive
+    side with ``p > 0``. Checked at ``p`` from 1e-8 to 1e-4 on the depth-3 problem."""
+    import jax.numpy as jnp
+
+    from gflow import events
+
+    system, slopes, rates, _ = _depth3_controls()
+    _, (W1, W2, W3), X = _depth3_draw()
+    single = jax.jit(lambda y, data, mode: system._single_control(y, data, mode, jnp.zeros(system.P))[0])
+    data = (X, np.full((5, 1), 0.3), 0.01)
+    for p in (1e-8, 1e-6, 1e-4):
+        W1p = W1.copy()
+        W1p[0] += p * X[0] / (X[0] @ X[0])  # first-layer neuron 0 at point 0: p off its surface
+        y = np.concatenate([W1p.ravel(), W2.ravel(), W3.ravel()])
+        pre = np.asarray(system.preacts(y, data))
+        assert pre[0] == pytest.approx(p, rel=1e-6)
+        mode = np.where(pre > 0, events.ACTIVE, events.INACTIVE)
+        mode[0] = events.SLIDING
+        mode = jnp.asarray(mode)
+        s = single(y, data, mode)
+        one_sided = [float(system.field_and_rates(y, data, s.at[0].set(v))[1][0]) for v in (1.0, 0.0)]
+        assert one_sided[0] < 0 < one_sided[1]  # both sides push into the surface
+        J = one_sided[0] - one_sided[1]
+        rate = float(system.field_and_rates(y, data, s)[1][0])
+        assert abs(rate) <= max(2e-14, p**2) * abs(J)  # one Newton step on the true rate: O(p²)
+        assert float(s[0]) == pytest.approx(float(slopes(y, data, mode)[0]), abs=1e-9)
+        assert abs(float(rates(y, data, mode)[0])) <= 1e-14 * abs(J)
+
+
 def test_sliding_control_without_effect_keeps_a_finite_derivative():
     """One unit sliding with rates and sensitivity near 1e-130 (output layer scaled by
     1e-65, targets 0: every rate is quadratic in it; weight decay shrinking a unit's
@@ -366,6 +418,80 @@ def test_sliding_rates_jacobian_is_the_autodiff_jacobian():
         J, r = jax.jit(functools.partial(events._residual_and_jacobian, system, **kw))(c)
         assert np.max(np.abs(r - residual(c))) == 0.0
         assert max_diff(J, expected) <= 1e-12 * np.max(np.abs(expected)), loss
+
+
+def test_units_left_on_the_wrong_side_by_an_event_cross_at_once():
+    """The engine's forward passes use mode slopes, so an event that switches a unit moves
+    the pre-activations above it at its point at once; units it leaves clearly on the wrong
+    side of their surfaces would never see their guards fire. ``flow._settle`` gives them
+    the mode of their side, layer by layer from the bottom, and cuts units whose point has
+    no activation left below. Depth 4, modes by the signs, then an "event" switches a
+    first-layer unit off at two points: at point 0 it was the only active one (everything
+    above it there is cut), at point 1 not (the layers above move). The settled modes must
+    be the signs of a NumPy forward pass with that unit's output at those points set to 0,
+    with one record per changed unit; a unit the event did not move keeps its (planted,
+    wrong) mode for its guard to handle, and so does a unit involved in the event."""
+    import jax.numpy as jnp
+
+    from gflow import events
+    from gflow.flow import _settle, _unravel_for
+
+    shapes, n = [(3, 2), (3, 3), (3, 3), (1, 3)], 4
+    rng = np.random.default_rng(18)  # of seeds 0-39, one where the event moves two units in each layer above
+    params = [rng.normal(size=s) for s in shapes]
+    X = rng.normal(size=(n, 2))
+    params[0][0] = [1.0, 0.5]
+    X[0] = [1.0, 0.0]
+    params[0][1:, 0] = -np.abs(params[0][1:, 0]) - 0.1  # at point 0 only unit 0 of the first layer is active
+    X[1] = [1.0, 1.0] if (params[0][1:] @ [1.0, 1.0] > 0).any() else [1.0, -1.0]
+    system = events.System(_unravel_for(shapes), "square", n, (3, 3, 3), 8)
+    y = np.concatenate([W.ravel() for W in params])
+    data = (X, rng.normal(size=(n, 1)), 0.0)
+
+    def numpy_pre(off=()):
+        """Flat pre-activations (layer, neuron, point), the first-layer unit 0's output set to 0 at ``off``."""
+        h, out = X, []
+        for layer, W in enumerate(params[:-1]):
+            z = h @ W.T  # [point, neuron]
+            out.append(z.T.ravel())
+            h = np.maximum(z, 0.0)
+            if layer == 0:
+                h[list(off), 0] = 0.0
+        return np.concatenate(out)
+
+    p0, p1 = numpy_pre(), numpy_pre((0, 1))
+    assert p0[0] > 0 and p0[1] > 0 and np.sum(p0[:12].reshape(3, n)[:, 1] > 0) >= 2
+    signs = lambda p: np.where(p > 0, events.ACTIVE, events.INACTIVE)  # noqa: E731
+    before, expected = signs(p0), signs(p1)
+    assert np.all(p1[12:36].reshape(6, n)[:, 0] == 0.0)  # cut at point 0
+    unmoved = 24 + n * 1 + 2  # layer 2, neuron 1, point 2: not moved by the event
+    before[unmoved] = expected[unmoved] = 1 - before[unmoved]  # planted wrong
+    moved = [k for k in range(12, 36) if k % n == 1 and expected[k] != before[k]]
+    assert moved == [17, 21, 29, 33]  # the event moves two units of each layer above point 1 across
+    held = moved[-1]  # involved in the event: left alone
+    expected[held] = before[held]
+    expected[[0, 1]] = events.INACTIVE  # the event's own decisions
+    after = before.copy()
+    after[[0, 1]] = events.INACTIVE  # the event: first-layer unit 0 off at points 0 and 1
+    involved = np.zeros(system.P, bool)
+    involved[[0, 1, held]] = True
+    settle = jax.jit(
+        lambda before, after, involved: _settle(
+            system, y, data, before, after, jnp.zeros(system.P), involved, 1e-9, 1e-11
+        )
+    )
+    settled, (mask, kind, direction) = settle(*(jnp.asarray(a) for a in (before, after.astype(np.int8), involved)))
+    np.testing.assert_array_equal(np.asarray(settled), expected)
+    changed = np.flatnonzero(expected != after)
+    assert np.flatnonzero(np.asarray(mask)).tolist() == changed.tolist()
+    for k in changed:
+        cut = k % n == 0
+        assert int(kind[k]) == (events.Kind.CUT if cut else events.Kind.CROSS)
+        assert int(direction[k]) == (-1 if cut else 1 if expected[k] == events.ACTIVE else -1)
+    # Modes the event left right are left as they are, with no record.
+    same, (mask, _, _) = settle(*(jnp.asarray(a) for a in (expected, expected.astype(np.int8), involved)))
+    np.testing.assert_array_equal(np.asarray(same), expected)
+    assert not np.any(np.asarray(mask))
 
 
 def test_vanishing_point_is_cut_and_decided_alike_at_every_tolerance():

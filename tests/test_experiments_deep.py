@@ -18,6 +18,7 @@ from gflow import Status, experiments, theory
 from gflow import experiments_deep as deep
 from gflow.cli import app
 from gflow.reference import balance_invariants
+from gflow.solve import simulate_batch
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "deep_rank.ipynb"
 SMALL = dict(depths=(2, 3), width=3, runs=2, widths=(3,), sweep_depth=3, n_points=6)
@@ -109,6 +110,28 @@ def test_thm4_reaches_balanced_stationary_points(tmp_path):
         if kp > 2:
             assert np.isclose(a["bound"][b], result["teacher"]["B"] ** (-2 / kp), rtol=1e-12)
     assert result["summary"][0]["holds"]
+
+
+def test_thm4_stages_continue_with_the_modes(tmp_path, monkeypatch):
+    """Each weight-decay stage after the first starts from the weights and the modes the
+    last one ended with, not by the signs: a neuron that died on its surface is frozen at
+    ``p`` within the tolerance of 0, possibly on the active side, and would revive (see
+    ``tests/test_flow.py::test_continuing_a_run_keeps_its_modes``)."""
+    calls = []
+
+    def spy(params, *args, **kwargs):
+        sol = simulate_batch(params, *args, **kwargs)
+        calls.append((kwargs["weight_decay"], params, kwargs["modes"], sol))
+        return sol
+
+    monkeypatch.setattr(deep, "simulate_batch", spy)
+    deep.thm4(**SMALL, lambdas=(1e-2, 1e-3, 1e-4), t1=20.0, out=tmp_path)
+    assert len(calls) == 6 and [c[0] for c in calls] == [1e-2, 1e-3, 1e-4] * 2  # two (depth, width) chunks
+    for chunk in (calls[:3], calls[3:]):
+        assert chunk[0][2] is None  # the first stage decides by the signs
+        for (_, _, _, before), (_, params, modes, _) in zip(chunk, chunk[1:]):
+            assert all(np.array_equal(a, b) for a, b in zip(params, before.params))
+            assert np.array_equal(modes, before.final_modes)
 
 
 def test_cli_reproduce_thm5(tmp_path, thm5_result):
