@@ -631,7 +631,7 @@ def _settle(system, y, data, before, mode, control, involved, rtol, atol):
     layer = jnp.asarray(np.repeat(np.arange(len(widths)), [d * n for d in widths]))
     p_before = system.preacts(y, data, system.base_slopes(before, control), held=True)
     mask, kind, direction = (jnp.zeros(system.P, t) for t in (bool, jnp.int32, jnp.int32))
-    for ell in range(len(widths)):
+    for ell in range(1, len(widths)):  # the first layer's pre-activations depend on no mode
         p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
         here = (layer == ell) & ~involved & (p != p_before)
         band = _noise(p, rtol, atol)
