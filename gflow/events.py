@@ -93,7 +93,9 @@ class Kind(enum.IntEnum):
     SLIDE_START = 1
     """Both one-sided fields push into the surface: the unit starts sliding (direction 0)."""
     SLIDE_END = 2
-    """The equivalent control reached 0 or 1: the unit leaves the surface (direction ±1)."""
+    """The equivalent control reached 0 or 1: the unit leaves the surface (direction ±1).
+    Also at ``t = 0`` for a unit given as sliding (``modes=``) whose control lies outside
+    [0, 1]."""
     TOUCH = 3
     """The unit reached the surface tangentially and stays on its side (direction 0)."""
     REPEL = 4
@@ -449,8 +451,21 @@ class System:
         # Exactly 0 above held units: their round-off never fakes a crossing above them.
         p = self.preacts(y, data, self.base_slopes(mode, control), held=True)
         g = jnp.where(mode == ACTIVE, p, -p)
+        # A first-layer neuron inactive at every point gets no gradient from the loss, so
+        # its weights only shrink (weight decay) and its p = w·x keep their signs: it is
+        # dead for good. Its guards never fire (1 keeps the round-off band unchanged).
+        # Watched, they did fire: once weight decay takes the weights below atol, the
+        # solver no longer resolves them and p changes sign by noise (depth 2, λ = 0.5, a
+        # dead neuron "revived" at t ≈ 56).
+        g = jnp.where(self._dead_first_layer(mode), 1.0, g)
         _, c = self._controls(y, data, mode, control, n_sliding, chord)
         return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g), c
+
+    def _dead_first_layer(self, mode):
+        """``(P,)`` bool: the units of first-layer neurons inactive at every point."""
+        n, d = self.n, self.hidden_widths[0]
+        dead = jnp.all(mode[: d * n].reshape(d, n) == INACTIVE, axis=1)
+        return jnp.zeros(self.P, bool).at[: d * n].set(jnp.repeat(dead, n))
 
     # -- events -----------------------------------------------------------------------------
     def cut(self, mode):

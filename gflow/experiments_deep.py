@@ -194,7 +194,8 @@ def thm4(
     point (status ``CONVERGED``, ``‖∇‖ < gtol``) for each ``λ`` in ``lambdas`` in turn, each
     stage starting where the previous one ended: its weights and the mode of every unit
     (``modes=``, see :func:`gflow.simulate`), so that a neuron that died on its surface
-    stays dead. As ``λ → 0`` the stationary points approach interpolating nets of locally
+    stays dead (after a failed stage, its status kept in ``status``: the weights alone, by
+    the signs). As ``λ → 0`` the stationary points approach interpolating nets of locally
     minimal norm.
 
     Arguments:
@@ -250,7 +251,9 @@ def thm4(
                 params, td.X, td.Y, loss="square", weight_decay=lam, t1=t1, gtol=gtol, rtol=rtol, atol=atol,
                 max_steps=max_steps, max_sliding=16, solver=solver, events=events, modes=modes,
             )  # fmt: skip
-            params, modes = sol.params, sol.final_modes
+            # A member whose stage failed (e.g. more units sliding than max_sliding) has no
+            # state to continue: its next stage starts from its weights by the signs (-1).
+            params, modes = sol.params, np.where(_success(sol.status)[:, None], sol.final_modes, -1)
             steps = steps + sol.stats["num_iterations"]
             events_n = events_n + sol.stats["num_events"]
             stages.append(dict(status=sol.status, t=sol.t, loss=sol.loss, **_measures(params, td.X, kmax, wmax, dmax)))

@@ -177,9 +177,26 @@ def compiled(cfg: Config):
                 mode = jnp.where(given >= 0, given, jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE)).astype(jnp.int8)
                 return mode, (p == 0.0) & (given < 0), jnp.abs(p) > _noise(p, rtol, atol)
 
+            def member_recheck(y, data, mode, on_surface):
+                # A given sliding unit whose control falls outside [0, 1] (a run continued
+                # with another field: data, loss, weight decay) is no longer held by its
+                # surface; its guard, min(c, 1 - c), would start negative and never fire.
+                # It is decided afresh with the units on their surfaces.
+                _, c = system.equivalent_control(y, data, mode, jnp.zeros(P))
+                gone = (mode == ev.SLIDING) & ((c < 0.0) | (c > 1.0))
+                return jnp.where(gone, ev.INACTIVE, mode).astype(mode.dtype), on_surface | gone, gone
+
             y = y0[idx]
             data = (X[idx], Y[idx], wd[idx])
             mode, on_surface, armed = vmap(member_init)(y, data, modes[idx])
+            gone = jnp.zeros((L, P), bool)
+            if not cfg.through:
+                mode, on_surface, gone = jax.lax.cond(
+                    jnp.any(mode == ev.SLIDING),
+                    lambda a: vmap(member_recheck)(y, data, *a),
+                    lambda a: a + (gone,),
+                    (mode, on_surface),
+                )
             control = jnp.zeros((L, P))
             buffers = (
                 jnp.full((L, E), jnp.nan), jnp.full((L, E), -1, jnp.int32), jnp.full((L, E), -1, jnp.int32),
@@ -190,6 +207,15 @@ def compiled(cfg: Config):
                 mode, control, *buffers = args
                 handle = functools.partial(system.handle, initial=True)
                 mode, control, _, records = vmap(handle)(y, data, mode, control, on_surface)
+                # A given sliding unit decided afresh records its slide's end (unless it
+                # slides on), not the decision of a unit arriving at its surface.
+                (mask, kind, direction), left = records
+                ended = gone & (mode != ev.SLIDING)
+                records = (
+                    (mask & ~gone, kind, direction),
+                    left,
+                    (ended, jnp.full((L, P), int(ev.Kind.SLIDE_END), jnp.int32), jnp.where(mode == ev.ACTIVE, 1, -1)),
+                )
                 return (mode, control) + _write(records, jnp.zeros(L), *buffers)
 
             if cfg.through:

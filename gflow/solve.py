@@ -96,14 +96,16 @@ def simulate(
             ``stats["num_events"]`` counts all.
         modes: the starting mode of every pre-activation (``(P,)`` ints, 0 inactive, 1
             active, 2 sliding, flat order of :mod:`gflow.networks`), to continue a run
-            from where it stopped: pass its ``final_modes`` with its ``params``. Default:
-            by the signs of the pre-activations, a unit at exactly ``p = 0`` decided by its
-            one-sided rates. The signs cannot tell what a run knew: a neuron that died on
-            its surface is frozen at ``p`` within the tolerance of 0, possibly on the
-            active side, and a new call from that state would revive it where a
-            continuation keeps it dead. Each given mode must agree with its ``p`` up to
+            from where it stopped: pass its ``final_modes`` with its ``params``. ``-1``
+            (the default for every unit): by the sign of its pre-activation, a unit at
+            exactly ``p = 0`` decided by its one-sided rates. The signs cannot tell what a
+            run knew: a neuron that died on its surface is frozen at ``p`` within the
+            tolerance of 0, possibly on the active side, and a new call from that state
+            would revive it where a continuation keeps it dead. Each given mode must agree with its ``p`` up to
             the round-off band ``10·(atol + rtol·max(1, max|p|))`` inside which no event
-            fires (sliding: ``|p|`` within it).
+            fires (sliding: ``|p|`` within it). A given sliding unit whose control in this
+            call's field lies outside [0, 1] (other data, loss or weight decay) leaves at
+            ``t = 0`` (a SLIDE_END record), to the side its one-sided rates decide.
         throw: raise ``RuntimeError`` when the status is not a success.
 
     Returns:
@@ -160,7 +162,8 @@ def simulate_batch(
     Every weight matrix carries a leading batch axis ``B``. ``X`` and ``Y`` are shared
     (shapes as in :func:`simulate`) or carry the same leading batch axis (one data set
     per member); ``weight_decay`` is a float or one per member; ``modes`` is ``(B, P)``
-    (e.g. a batch solution's ``final_modes``) or ``(P,)`` for every member. The program
+    (e.g. a batch solution's ``final_modes``; a row of ``-1`` starts that member by the
+    signs, e.g. after a failed run) or ``(P,)`` for every member. The program
     is compiled once per shape and configuration and reused.
 
     Returns a :class:`gflow.Solution` whose fields have a leading axis ``B``: ``status``
@@ -276,14 +279,14 @@ def _as_modes(modes, params, X, B, P, rtol, atol, max_sliding):
         given = np.broadcast_to(given, (B, P))
     if given.shape != (B, P):
         raise ValueError(f"modes: expected shape ({P},) or ({B}, {P}) (one mode per pre-activation), got {given.shape}")
-    if not (np.issubdtype(given.dtype, np.integer) and np.all((given >= 0) & (given <= 2))):
+    if not (np.issubdtype(given.dtype, np.integer) and np.all((given >= -1) & (given <= 2))):
         raise ValueError(
-            f"modes: expected integers 0 (inactive), 1 (active) or 2 (sliding), got {given.dtype} values "
-            f"{np.unique(given)}"
+            f"modes: expected integers 0 (inactive), 1 (active), 2 (sliding) or -1 (by the sign), got "
+            f"{given.dtype} values {np.unique(given)}"
         )
     p = np.asarray(jax.vmap(preactivations)(list(params), X))
     band = np.asarray(_noise(p, rtol, atol))[:, None]  # the engine's round-off band, per member
-    wrong = np.where(given == 1, p < -band, np.where(given == 0, p > band, np.abs(p) > band))
+    wrong = np.select([given == 1, given == 0, given == 2], [p < -band, p > band, np.abs(p) > band], False)
     if np.any(wrong):
         b, k = (int(v[0]) for v in np.nonzero(wrong))
         layer, neuron, point = (int(t[k]) for t in index_table(X.shape[1], tuple(W.shape[1] for W in params[:-1])))

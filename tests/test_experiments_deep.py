@@ -8,6 +8,7 @@ closed forms. Sizes are tiny: depth 2 and 3 students of width 3 on 6 points.
 
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import numpy as np
 import pytest
@@ -116,22 +117,29 @@ def test_thm4_stages_continue_with_the_modes(tmp_path, monkeypatch):
     """Each weight-decay stage after the first starts from the weights and the modes the
     last one ended with, not by the signs: a neuron that died on its surface is frozen at
     ``p`` within the tolerance of 0, possibly on the active side, and would revive (see
-    ``tests/test_flow.py::test_continuing_a_run_keeps_its_modes``)."""
+    ``tests/test_flow.py::test_continuing_a_run_keeps_its_modes``). A member whose stage
+    failed (here member 1's first stage, its status replaced by the spy) continues from
+    its weights by the signs, and its status says so."""
     calls = []
 
     def spy(params, *args, **kwargs):
         sol = simulate_batch(params, *args, **kwargs)
+        if not calls:
+            sol = eqx.tree_at(lambda s: s.status, sol, np.array([sol.status[0], int(Status.SLIDING_LIMIT)]))
         calls.append((kwargs["weight_decay"], params, kwargs["modes"], sol))
         return sol
 
     monkeypatch.setattr(deep, "simulate_batch", spy)
-    deep.thm4(**SMALL, lambdas=(1e-2, 1e-3, 1e-4), t1=20.0, out=tmp_path)
+    res = deep.thm4(**SMALL, lambdas=(1e-2, 1e-3, 1e-4), t1=20.0, out=tmp_path)
     assert len(calls) == 6 and [c[0] for c in calls] == [1e-2, 1e-3, 1e-4] * 2  # two (depth, width) chunks
     for chunk in (calls[:3], calls[3:]):
         assert chunk[0][2] is None  # the first stage decides by the signs
         for (_, _, _, before), (_, params, modes, _) in zip(chunk, chunk[1:]):
             assert all(np.array_equal(a, b) for a, b in zip(params, before.params))
-            assert np.array_equal(modes, before.final_modes)
+            failed = ~np.isin(before.status, [s.value for s in Status if s.success])
+            assert np.array_equal(modes, np.where(failed[:, None], -1, before.final_modes))
+    assert np.array_equal(res["arrays"]["status"][1, 0], int(Status.SLIDING_LIMIT))
+    assert np.all(calls[1][2][1] == -1) and np.all(calls[1][2][0] >= 0)
 
 
 def test_cli_reproduce_thm5(tmp_path, thm5_result):

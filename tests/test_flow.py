@@ -317,3 +317,65 @@ def test_continuing_a_run_keeps_its_modes(authors):
     # From the weights alone the dead neuron of 173 starts active and revives (loss ~1e-9
     # instead of 1/2): what the modes are for.
     assert whole.loss[1] > 0.49 and plain.loss[1] < 1e-6
+    # A row of -1 starts that member by the signs and leaves the others' modes alone.
+    mixed_modes = np.where(np.arange(3)[:, None] == 1, -1, first.final_modes)
+    mixed = gflow.simulate_batch(first.params, X, Y, t1=50.0, modes=mixed_modes)
+    for b, like in ((0, cont), (1, plain), (2, cont)):
+        np.testing.assert_array_equal(mixed.final_modes[b], like.final_modes[b])
+        assert max_diff([W[b] for W in mixed.params], [W[b] for W in like.params]) < 1e-12
+
+
+@pytest.mark.parametrize("seed, side", [(0, 1), (38, -1)])
+def test_a_given_sliding_unit_its_surface_no_longer_holds_leaves_at_once(authors, seed, side):
+    """A unit given as sliding (``modes=``) whose control in the field of the call lies
+    outside [0, 1] (e.g. a run continued with other targets) leaves at t = 0 towards the
+    side both one-sided rates point to, with a SLIDE_END record; kept sliding, its guard
+    ``min(c, 1 - c)`` would start negative and never fire.
+
+    Authors' data; neuron 0 on its surface at point 0 (``w_0 ⟂ x_0``), active at point 1;
+    the other weights drawn with ``default_rng(seed)``. The one-sided rates of that
+    ``p`` come from the closed form ``ṗ = −x_0·∇_{w_0}L`` (square loss, depth 2); the
+    trajectory is compared with SciPy's kink-by-kink reference from the same weights."""
+    X, Y = (np.asarray(a) for a in authors)
+    rng = np.random.default_rng(seed)
+    W1 = np.vstack([[-X[0, 1], X[0, 0]], rng.normal(size=2)])
+    W2 = rng.normal(size=(2, 2))
+    P = W1 @ X.T
+    r = (W2 @ np.maximum(P, 0.0)).T - Y
+    a0 = W2[:, 0]
+
+    def rate(slope):  # ṗ of (neuron 0, point 0) with that unit's slope
+        return -(a0 @ r[0]) * slope * (X[0] @ X[0]) - (a0 @ r[1]) * (X[0] @ X[1])
+
+    a_plus, a_minus = rate(1.0), rate(0.0)
+    assert P[0, 1] > 0.5 and np.sign(a_plus) == np.sign(a_minus) == side  # control a-/(a- - a+) outside [0, 1]
+    modes = (P.ravel() > 0).astype(int)
+    modes[0] = gflow.events.SLIDING
+    sol = gflow.simulate([W1, W2], X, Y, t1=2.0, modes=modes)
+    assert sol.status == Status.REACHED_T1, sol.message
+    c = sol.crossings
+    first = (c.t[0], c.layer[0], c.neuron[0], c.point[0], c.kind[0], c.direction[0])
+    assert first == (0.0, 0, 0, 0, Kind.SLIDE_END, side)
+    assert sol.final_modes[0] == (1 if side > 0 else 0)
+    ref = scipy_flow([W1, W2], X, Y, t1=2.0)
+    assert not ref.slid
+    assert max_diff(sol.params, ref.params) < 1e-9
+
+
+def test_a_dead_first_layer_neuron_stays_dead_under_weight_decay(authors):
+    """A first-layer neuron inactive at both points gets only weight decay, ``w(t) =
+    w(0)·e^{−λt}``, so its ``p`` never change sign (SciPy's reference does not watch them).
+    Once its weights fell below atol the solver no longer resolved them, and before 0.2.3
+    noise flipped ``p``: the neuron "revived" (both solvers here, and dopri5 at t ≈ 56,
+    after which it slid with weights grown back to 1e-7)."""
+    X, Y = (np.asarray(a) for a in authors)
+    rng = np.random.default_rng(1)
+    W1 = np.vstack([-0.5 * (X[0] + X[1]), rng.normal(size=2)])  # p = -0.49 at both points
+    W2 = rng.normal(size=(2, 2))
+    ref = scipy_flow([W1, W2], X, Y, t1=200.0, weight_decay=0.5)
+    for solver in ("dopri8", "kvaerno5"):
+        sol = gflow.simulate([W1, W2], X, Y, t1=200.0, weight_decay=0.5, solver=solver)
+        assert sol.status == Status.REACHED_T1, sol.message
+        assert not np.any(sol.crossings.neuron == 0)
+        assert np.all(sol.final_modes[:2] == 0)
+        assert max_diff(sol.params, ref.params) < 1e-9

@@ -38,7 +38,7 @@ P = [np.array([[0.5, 0.1], [-0.2, 0.4]]), np.array([[0.3, 0.0], [0.1, 0.2]])]
         (dict(max_steps=0), r"max_steps: expected a positive integer"),
         (dict(max_events=1.5), r"max_events: expected a positive integer"),
         (dict(modes=np.ones(3, int)), r"modes: expected shape \(4,\) or \(1, 4\)"),
-        (dict(modes=np.full(4, 3)), r"modes: expected integers 0 \(inactive\), 1 \(active\) or 2 \(sliding\)"),
+        (dict(modes=np.full(4, 3)), r"modes: expected integers 0 \(inactive\), 1 \(active\), 2 \(sliding\) or -1"),
         (dict(modes=np.ones(4)), r"modes: expected integers .* got float64 values"),
         # p = (0.5, 0.1, -0.2, 0.4) in the flat order (neuron, point).
         (
