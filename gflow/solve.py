@@ -101,11 +101,12 @@ def simulate(
             exactly ``p = 0`` decided by its one-sided rates. The signs cannot tell what a
             run knew: a neuron that died on its surface is frozen at ``p`` within the
             tolerance of 0, possibly on the active side, and a new call from that state
-            would revive it where a continuation keeps it dead. Each given mode must agree with its ``p`` up to
-            the round-off band ``10·(atol + rtol·max(1, max|p|))`` inside which no event
-            fires (sliding: ``|p|`` within it). A given sliding unit whose control in this
-            call's field lies outside [0, 1] (other data, loss or weight decay) leaves at
-            ``t = 0`` (a SLIDE_END record), to the side its one-sided rates decide.
+            would revive it where a continuation keeps it dead. Each given mode must
+            agree with its ``p`` up to the round-off band ``10·(atol + rtol·max(1,
+            max|p|))`` inside which no event fires (sliding: ``|p|`` within it). A given
+            sliding unit whose control in this call's field lies outside [0, 1] (other
+            data, loss or weight decay) leaves at ``t = 0`` (a SLIDE_END record), to the
+            side its one-sided rates decide.
         throw: raise ``RuntimeError`` when the status is not a success.
 
     Returns:
