@@ -457,11 +457,11 @@ class System:
         # Watched, they did fire: once weight decay takes the weights below atol, the
         # solver no longer resolves them and p changes sign by noise (depth 2, λ = 0.5, a
         # dead neuron "revived" at t ≈ 56).
-        g = jnp.where(self._dead_first_layer(mode), 1.0, g)
+        g = jnp.where(self.dead_first_layer(mode), 1.0, g)
         _, c = self._controls(y, data, mode, control, n_sliding, chord)
         return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g), c
 
-    def _dead_first_layer(self, mode):
+    def dead_first_layer(self, mode):
         """``(P,)`` bool: the units of first-layer neurons inactive at every point."""
         n, d = self.n, self.hidden_widths[0]
         dead = jnp.all(mode[: d * n].reshape(d, n) == INACTIVE, axis=1)

@@ -14,8 +14,9 @@ that is still running either
   (:meth:`gflow.events.System.handle`): transversal, sliding (Filippov), touch.
 
 With ``events="through"`` (``Config.through``) the field takes its slopes from the sign
-of each pre-activation at the point of evaluation (plain ReLU autodiff, ``σ'(0) = 0``),
-no step stops at a kink, and sign changes between the dense samples are recorded as
+of each pre-activation at the point of evaluation (plain ReLU autodiff, ``σ'(0) = 0``;
+first-layer neurons inactive at every point at the step's start keep slope 0), no step
+stops at a kink, and sign changes between the dense samples are recorded as
 crossings, timed by linear interpolation between samples. With ``solver="kvaerno5"``
 the step is implicit (for stiff stretches, such as weight decay near a stationary point).
 
@@ -124,9 +125,13 @@ def compiled(cfg: Config):
     if cfg.through:
         # Kinks are not stopped at: the slopes are the ReLU derivatives at the state itself
         # (σ'(0) = 0), so the field is the plain autodiff gradient and the step controller
-        # absorbs the kinks; crossings are read off the dense solution afterwards.
+        # absorbs the kinks; crossings are read off the dense solution afterwards. A
+        # first-layer neuron inactive at every point at the step's start is dead for good
+        # (events.System.dead_first_layer): its slopes stay 0 whatever the sign of its p,
+        # which weight decay takes below atol, where the solver leaves its sign to noise.
         def slopes_of(y, data, mode, control, n_sliding, chord=None):
-            return (system.preacts(y, data) > 0).astype(y.dtype)
+            live = (system.preacts(y, data) > 0) & ~system.dead_first_layer(mode)
+            return live.astype(y.dtype)
     else:
         slopes_of = system.slopes
 
@@ -312,7 +317,7 @@ def compiled(cfg: Config):
                 # Crossings between samples of the dense solution, timed by linear
                 # interpolation of the pre-activation between the two samples.
                 p = vmap(lambda y: system.preacts(y, data))(ys)
-                pos = p > 0
+                pos = (p > 0) & ~system.dead_first_layer(s.mode)
                 flip = pos[:-1] != pos[1:]
                 t_s = jnp.concatenate([s.t[None], taus, t_next[None]])
                 frac = jnp.clip(p[:-1] / jnp.where(flip, p[:-1] - p[1:], 1.0), 0.0, 1.0)

@@ -85,7 +85,8 @@ def simulate(
         pcoeff, icoeff: PID coefficients.
         events: ``"stop"`` (default): stop at every kink and resolve it exactly.
             ``"through"``: integrate through kinks with the plain ReLU gradient
-            (``σ'(0) = 0``) and let the step controller absorb them; crossings are still
+            (``σ'(0) = 0``; a first-layer neuron inactive at every point stays so, as
+            in exact flow) and let the step controller absorb them; crossings are still
             recorded (kind ``CROSS``), located by linear interpolation between
             ``event_samples`` points of each step's dense solution. Cheaper for large
             networks, but no Filippov sliding (a unit that should slide chatters around
