@@ -44,7 +44,7 @@ def authors_xavier():
 
 def max_diff(a, b):
     """Largest absolute difference between two lists of arrays."""
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b))
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b, strict=True))
 
 
 _RUN_NOTEBOOK = """

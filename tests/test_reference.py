@@ -5,6 +5,7 @@ non-smooth field, hand-computed steps, or the other implementation (NumPy vs JAX
 import numpy as np
 import pytest
 import scipy.integrate
+from conftest import max_diff
 
 from gflow.reference import (
     LOSSES,
@@ -103,10 +104,6 @@ def plain_flow(params, X, Y, t1, loss="square", weight_decay=0.0):
     return scipy.integrate.solve_ivp(
         f, (0.0, t1), flat(params), method="DOP853", rtol=1e-13, atol=1e-14, dense_output=True
     )
-
-
-def max_diff(a, b):
-    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
 
 
 # --------------------------------------------------------------------------------------
