@@ -11,6 +11,7 @@ status is 1 if any file failed (every file still runs).
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -50,9 +51,26 @@ def _run(path):
     return proc.returncode
 
 
+def _default_jobs():
+    """One file per core, but no more than one per 4 GiB of memory: a file's pytest process
+    holds a few GB at its peak (the summary line prints the largest), so a many-core
+    machine with little memory would swap."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    jobs = os.cpu_count() or 1
+    return max(1, jobs if memory is None else min(jobs, memory // (4 << 30)))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="test files at once (default: CPU cores)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=_default_jobs(),
+        help="test files at once (default: CPU cores, at most one per 4 GiB)",
+    )
     parser.add_argument("files", nargs="*", type=Path, help="test files (default: tests/test_*.py)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -67,6 +85,8 @@ def main(argv=None):
         codes = list(pool.map(_run, files))
     failed = [f.name for f, code in zip(files, codes) if code != 0]
     summary = f"{len(files) - len(failed)} of {len(files)} test files passed in {time.perf_counter() - start:.0f} s"
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+    summary += f" (largest file process: {peak:.1f} GiB resident at its peak)"
     print(summary + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
