@@ -341,7 +341,7 @@ def compiled(cfg: Config):
             hi = jnp.where(m == M - 1, t_next, s.t + h * (m + 1) / M)
             return dict(
                 common, keep=keep | s.forced, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m], control1=C[-1],
-                G_hi=G[m + 1], shift=shift, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0),
+                G_hi=G[m + 1], shift=shift, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0), late=G[-1] <= 0,
             )  # fmt: skip
 
         def member_locate(s, o, data, n_sliding, chord):
@@ -445,6 +445,7 @@ def compiled(cfg: Config):
                 )  # fmt: skip
                 mode = jnp.where(done[:, None], o["mode_end"], s.mode)
                 control, pending = s.control, s.pending
+                involved = pending
             else:
                 # The guards of units off their surfaces do not depend on the sliding
                 # controls (held units output exactly 0 to the layers above): locating
@@ -456,17 +457,25 @@ def compiled(cfg: Config):
                     lambda: vmap(member_locate, in_axes=(0, 0, 0, None, 0))(s, o, data, locate_sliding, chord),
                     lambda: (o["hi"], jnp.zeros((L, P), bool)),
                 )
-                # Resolve the crossings at the end of forced steps.
+                # Resolve the crossings at the end of forced steps. Units past their
+                # surfaces there that were not located (``late``) crossed at the same
+                # instant to within the step's error: the forced step ends a little off
+                # the interpolant the crossing was located on, and a guard already
+                # non-positive at a step's start never changes sign (two aligned
+                # first-layer neurons crossing together, depth 4: the second stayed
+                # inactive while its p grew to 1e-3). They are resolved with the others.
+                late = o["late"] & forced_done[:, None] & ~s.pending
+                involved = s.pending | late
                 mode, control, pending, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
                     jnp.any(forced_done & running),
-                    lambda: _handle_all(vmap(member_handle)(o["y1"], s.mode, s.control, s.pending, data), forced_done, o["t_next"], s),
+                    lambda: _handle_all(vmap(member_handle)(o["y1"], s.mode, s.control, involved, data), forced_done, o["t_next"], s),
                     lambda: (s.mode, s.control, s.pending, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
                 )  # fmt: skip
             if not cfg.through:
                 # After an ordinary accepted step the sliding controls at its end (solved
                 # for its last guard) warm-start the next step's equivalent controls.
                 control = jnp.where((accept & ~s.forced)[:, None], o["control1"], control)
-            changed = (pending != s.pending) | (mode != s.mode)
+            changed = (pending != involved) | (mode != s.mode)
             armed = jnp.where(accept[:, None], o["armed"] & ~changed, s.armed)
             pending = jnp.where(has_event[:, None], new_pending, pending)
             more = forced_done & jnp.any(pending, axis=1)

@@ -13,7 +13,7 @@ from conftest import max_diff
 
 import gflow
 from gflow import Kind, Status
-from gflow.reference import balance_invariants, gradient_descent_batch, loss_value, scipy_flow
+from gflow.reference import balance_invariants, gradient_descent_batch, loss_value, preactivations, scipy_flow
 from gflow.theory import s1_s2_limit, sample_two_point_data
 
 TIGHT = dict(rtol=1e-12, atol=1e-14)
@@ -360,6 +360,36 @@ def test_a_given_sliding_unit_its_surface_no_longer_holds_leaves_at_once(authors
     ref = scipy_flow([W1, W2], X, Y, t1=2.0)
     assert not ref.slid
     assert max_diff(sol.params, ref.params) < 1e-9
+
+
+def test_units_past_their_surfaces_at_an_event_are_resolved_with_it():
+    """A unit that crosses its surface at the same instant as the located event, to within
+    the step's error, is past it when the forced step to the event ends: before 0.2.4 it was
+    not resolved there, and a guard already non-positive at a step's start never changes
+    sign. Here neuron 3 collapses to the origin at t ≈ 148.83, all its units at their
+    surfaces at once; unit (3, 2) went inactive inside the forced step unrecorded, stayed
+    active and revived the neuron: it ended active at p = −0.32 (rtol 1e-6 and 1e-9 alike),
+    at a stationary point of the wrong field. Checked against the pre-activations
+    recomputed in NumPy, and against the same run at rtol 1e-11."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 3))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    Y = rng.normal(size=(6, 1))
+    W1, W2 = rng.normal(size=(4, 3)) * 0.7, rng.normal(size=(1, 4)) * 0.7
+    W1[1] = W1[0] - 1e-2 * rng.normal(size=3)
+    runs = [
+        gflow.simulate([W1, W2], X, Y, t1=1e5, gtol=1e-8, weight_decay=1e-2, solver="kvaerno5", rtol=r, atol=1e-2 * r)
+        for r in (1e-9, 1e-11)
+    ]
+    for sol in runs:
+        assert sol.status == Status.CONVERGED, sol.message
+        p = np.concatenate([z.ravel() for z in preactivations(sol.params, X)])
+        mode, band = np.asarray(sol.final_modes), 1e-7
+        assert np.all(p[mode == gflow.events.ACTIVE] > -band)
+        assert np.all(p[mode == gflow.events.INACTIVE] < band)
+        assert np.all(np.abs(p[mode == gflow.events.SLIDING]) <= band)
+        assert np.all(np.abs(p[18:]) < band)  # neuron 3 stays at the origin
+    assert max_diff(runs[0].params, runs[1].params) < 1e-6
 
 
 def test_a_dead_first_layer_neuron_stays_dead_under_weight_decay(authors):
