@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-import gflow  # noqa: F401  (enables jax_enable_x64)
+import gflow  # (enables jax_enable_x64)
+from gflow.reference import preactivations
 from gflow.theory import authors_data
 
 assert jax.config.jax_enable_x64
@@ -45,6 +46,23 @@ def authors_xavier():
 def max_diff(a, b):
     """Largest absolute difference between two lists of arrays."""
     return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b, strict=True))
+
+
+def assert_modes_on_their_sides(sol, X, band=1e-9):
+    """Every member's final modes (one solution or a batch) against its pre-activations
+    recomputed in NumPy from the final weights: active units at ``p > −band``, inactive at
+    ``p < band``, sliding within ``band`` of 0. (A sliding unit whose control did not zero
+    its rate drifted off its surface while it slid and then left to the wrong side:
+    inactive at ``p = +1.7e-3``.)"""
+    batch = np.ndim(sol.final_modes) == 2
+    for b in range(len(sol.status) if batch else 1):
+        Xb = X[b] if np.ndim(X) == 3 else X
+        params = [np.asarray(W[b] if batch else W) for W in sol.params]
+        p = np.concatenate([z.ravel() for z in preactivations(params, Xb)])
+        mode = np.asarray(sol.final_modes[b] if batch else sol.final_modes)
+        assert np.all(p[mode == gflow.events.ACTIVE] > -band), b
+        assert np.all(p[mode == gflow.events.INACTIVE] < band), b
+        assert np.all(np.abs(p[mode == gflow.events.SLIDING]) <= band), b
 
 
 _RUN_NOTEBOOK = """

@@ -7,11 +7,11 @@ import functools
 import jax
 import numpy as np
 import pytest
-from conftest import max_diff
+from conftest import assert_modes_on_their_sides, max_diff
 
 import gflow
 from gflow import Status
-from gflow.reference import balance_drift, gradient_descent_batch, loss_gradient, preactivations, scipy_flow
+from gflow.reference import balance_drift, gradient_descent_batch, loss_gradient, scipy_flow
 
 
 def _problem(seed, widths, n, labels=False):
@@ -35,20 +35,6 @@ def _stack(problems):
     )
 
 
-def _assert_modes_on_their_sides(sol, X, band=1e-9):
-    """Every member's final modes against its pre-activations recomputed in NumPy from the
-    final weights: active units at ``p > −band``, inactive at ``p < band``, sliding within
-    ``band`` of 0. (A sliding unit whose control did not zero its rate drifted off its
-    surface while it slid and then left to the wrong side: inactive at ``p = +1.7e-3``.)"""
-    for b in range(len(sol.status)):
-        Xb = X[b] if np.ndim(X) == 3 else X
-        p = np.concatenate([z.ravel() for z in preactivations([np.asarray(W[b]) for W in sol.params], Xb)])
-        mode = np.asarray(sol.final_modes[b])
-        assert np.all(p[mode == gflow.events.ACTIVE] > -band), b
-        assert np.all(p[mode == gflow.events.INACTIVE] < band), b
-        assert np.all(np.abs(p[mode == gflow.events.SLIDING]) <= band), b
-
-
 EXP_WIDTHS = (3, 6, 6, 1)
 EXP_SEEDS = (0, 1, 3)  # seeds 0-7 scanned: these fit every point (2 slides on 9 units, 4 leaves one point at 0)
 
@@ -69,7 +55,7 @@ def test_exponential_reaches_1e8(exponential_long):
     problems, sol, ts = exponential_long
     assert np.all(sol.status == Status.REACHED_T1)
     assert np.all(sol.stats["num_iterations"] < 5_000)
-    _assert_modes_on_their_sides(sol, np.stack([X for _, X, _ in problems]))
+    assert_modes_on_their_sides(sol, np.stack([X for _, X, _ in problems]))
     for b, (p, X, Y) in enumerate(problems):
         norms = []
         for s in range(len(ts)):
@@ -126,7 +112,7 @@ def test_weight_decay_stationary_point():
     assert np.all(sol.status == Status.CONVERGED)
     sliding = [bool(np.any(m == gflow.events.SLIDING)) for m in sol.final_modes]
     assert sliding == [True, False, False]
-    _assert_modes_on_their_sides(sol, X)
+    assert_modes_on_their_sides(sol, X)
     for b, (p, X1, Y1) in enumerate(problems):
         theta = [np.asarray(W[b]) for W in sol.params]
         assert sol.t[b] < 1e6
@@ -153,7 +139,7 @@ def test_several_units_slide_on_their_surfaces():
     assert sol.status[0] == Status.REACHED_T1
     sliding = np.flatnonzero(sol.final_modes[0] == gflow.events.SLIDING)
     assert len(sliding) >= 3
-    _assert_modes_on_their_sides(sol, X)
+    assert_modes_on_their_sides(sol, X)
     for i in range(len(ts)):
         H, pre = X, []
         for W in [Ws[0, i] for Ws in sol.ys][:-1]:
