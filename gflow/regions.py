@@ -22,7 +22,7 @@ import numpy as np
 
 from .events import ACTIVE, INACTIVE, SLIDING, Kind
 
-__all__ = ["Interval", "NeuronRegions", "neuron_regions", "two_point_name"]
+__all__ = ["Interval", "NeuronRegions", "modes_at", "neuron_regions", "two_point_name"]
 
 _SYMBOL = {INACTIVE: "-", ACTIVE: "+", SLIDING: "0"}
 _CONES = {("+", "+"): "S", ("+", "-"): "S1", ("-", "+"): "S2", ("-", "-"): "D"}
@@ -81,6 +81,43 @@ def _apply(mode, kind, direction):
     if kind == Kind.CUT:
         return INACTIVE
     return mode
+
+
+def modes_at(solution, t) -> np.ndarray:
+    """The mode of every pre-activation at time ``t``, rebuilt from a solution's initial
+    modes and its recorded events (those at times ``≤ t``: at an event's own time, the
+    modes it leaves). With ``t`` one of the save times, these are the modes that go with
+    ``ys`` there: ``simulate(ys_k, X, Y, modes=solution.modes_at(ts[k]), ...)`` continues
+    the run from ``ts[k]`` as it went on, where the signs of ``p`` alone cannot tell a unit
+    sliding on its surface, or dead on it, from one on either side.
+
+    Arguments:
+        solution: a single-trajectory :class:`gflow.Solution` (index a batch first).
+        t: a time in ``[0, solution.t]``, or a 1-D array of them.
+
+    Returns:
+        ``(P,)`` ints (0 inactive, 1 active, 2 sliding; flat order of
+        :mod:`gflow.networks`), or ``(len(t), P)`` for an array of times. ``modes_at(solution.t)``
+        is ``solution.final_modes``.
+    """
+    if np.ndim(solution.t) != 0:
+        raise ValueError("solution: expected a single-trajectory solution; index a batch solution first (sol[b])")
+    times = np.asarray(t, dtype=np.float64)
+    t_final = float(solution.t)
+    if times.ndim > 1 or not np.all((times >= 0.0) & (times <= t_final)):  # NaN fails too
+        raise ValueError(f"t: expected a time or a 1-D array of times in [0, {t_final!r}] (the solution's t), got {t!r}")
+    n, widths, cr = solution.n, solution.hidden_widths, solution.crossings
+    offsets = n * np.concatenate([[0], np.cumsum(widths)])
+    flat = offsets[np.asarray(cr.layer, dtype=np.int64)] + np.asarray(cr.neuron) * n + np.asarray(cr.point)
+    out = []
+    for time in np.atleast_1d(times):
+        modes = np.asarray(solution.initial_modes).copy()
+        for e in range(int(cr.count)):
+            if cr.t[e] > time:
+                break
+            modes[flat[e]] = _apply(modes[flat[e]], cr.kind[e], cr.direction[e])
+        out.append(modes)
+    return out[0] if times.ndim == 0 else np.stack(out)
 
 
 def neuron_regions(solution, layer: int = 0) -> list[NeuronRegions]:

@@ -109,7 +109,8 @@ class Solution(eqx.Module):
         ys: parameters at ``ts`` (leading axis ``S`` on every matrix; NaN for save times
             after an early stop).
         initial_modes, final_modes: mode of every pre-activation (0 inactive, 1 active,
-            2 sliding), flat index order of :mod:`gflow.networks`, ``(P,)``.
+            2 sliding), flat index order of :mod:`gflow.networks`, ``(P,)``; at any time
+            in between: :meth:`modes_at`.
         stats: dict of solver statistics: ``num_accepted``, ``num_rejected``,
             ``num_events``, ``num_iterations``.
         n, hidden_widths: data size and hidden widths (to decode flat indices).
@@ -169,6 +170,13 @@ class Solution(eqx.Module):
         if isinstance(self.status, Status):
             raise TypeError("len(): a single-trajectory solution has no batch axis")
         return len(self.status)
+
+    def modes_at(self, t):
+        """Every pre-activation's mode at time ``t`` (or at each of an array of times),
+        e.g. to continue a run from a saved state; see :func:`gflow.regions.modes_at`."""
+        from .regions import modes_at
+
+        return modes_at(self, t)
 
     def regions(self, layer: int = 0):
         """Activation-pattern intervals of every neuron of a hidden layer; see

@@ -97,7 +97,8 @@ def simulate(
             ``stats["num_events"]`` counts all.
         modes: the starting mode of every pre-activation (``(P,)`` ints, 0 inactive, 1
             active, 2 sliding, flat order of :mod:`gflow.networks`), to continue a run
-            from where it stopped: pass its ``final_modes`` with its ``params``. ``-1``
+            from where it stopped: pass its ``final_modes`` with its ``params`` (from a
+            saved state ``ys`` at ``ts[k]``: :meth:`Solution.modes_at` ``(ts[k])``). ``-1``
             (the default for every unit): by the sign of its pre-activation, a unit at
             exactly ``p = 0`` decided by its one-sided rates. The signs cannot tell what a
             run knew: a neuron that died on its surface is frozen at ``p`` within the

@@ -1,6 +1,7 @@
 """The region tracker against the modes the engine ends in and the paper's regions."""
 
 import numpy as np
+import pytest
 
 import gflow
 from gflow.regions import two_point_name
@@ -18,6 +19,8 @@ def test_intervals_rebuild_final_modes_and_regions(authors, authors_xavier):
     members = [8, 73, 138, 195, 0, 4, 12, 40]  # several of these slide (see test_flow)
     params = [W[members] for W in authors_xavier]
     sol = gflow.simulate_batch(params, X, Y, t1=150.0, **TIGHT)
+    with pytest.raises(ValueError, match="solution: expected a single-trajectory solution"):
+        sol.modes_at(0.0)
     for b in range(len(members)):
         one = sol[b]
         regions = one.regions(0)
@@ -35,6 +38,8 @@ def test_intervals_rebuild_final_modes_and_regions(authors, authors_xavier):
                 for c, v in zip(ivs[-1].pattern, p):
                     assert (v > -1e-9) if c == "+" else (v < 1e-9)
             assert nr.at(0.0) is ivs[0] and nr.at(float(one.t) + 1) is ivs[-1]
+        # Every mode replayed to the end is the engine's final mode.
+        assert np.array_equal(one.modes_at(one.t), one.final_modes)
         # A neuron whose pattern at t = 0 is known from the initial weights.
         p0 = params[0][b] @ X.T
         assert regions[0].intervals[0].pattern == "".join("+" if v > 0 else "-" for v in p0[0])
@@ -47,3 +52,6 @@ def test_s1_s2_start_never_changes_region(authors):
     sol = gflow.simulate([W, np.zeros((2, 2))], X, Y, t1=150.0, **TIGHT)
     assert [nr.sequence() for nr in sol.regions(0)] == [["S1"], ["S2"]]
     assert sol.loss < 1e-20
+    for t in (-1.0, float("nan"), 151.0, [[0.0]]):
+        with pytest.raises(ValueError, match=r"t: expected a time or a 1-D array of times in \[0, 150"):
+            sol.modes_at(t)
