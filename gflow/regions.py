@@ -105,7 +105,9 @@ def modes_at(solution, t) -> np.ndarray:
     times = np.asarray(t, dtype=np.float64)
     t_final = float(solution.t)
     if times.ndim > 1 or not np.all((times >= 0.0) & (times <= t_final)):  # NaN fails too
-        raise ValueError(f"t: expected a time or a 1-D array of times in [0, {t_final!r}] (the solution's t), got {t!r}")
+        raise ValueError(
+            f"t: expected a time or a 1-D array of times in [0, {t_final!r}] (the solution's t), got {t!r}"
+        )
     n, widths, cr = solution.n, solution.hidden_widths, solution.crossings
     offsets = n * np.concatenate([[0], np.cumsum(widths)])
     flat = offsets[np.asarray(cr.layer, dtype=np.int64)] + np.asarray(cr.neuron) * n + np.asarray(cr.point)
