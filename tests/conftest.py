@@ -50,19 +50,24 @@ def max_diff(a, b):
 
 def assert_modes_on_their_sides(sol, X, band=1e-9):
     """Every member's final modes (one solution or a batch) against its pre-activations
-    recomputed in NumPy from the final weights: active units at ``p > −band``, inactive at
-    ``p < band``, sliding within ``band`` of 0. (A sliding unit whose control did not zero
-    its rate drifted off its surface while it slid and then left to the wrong side:
-    inactive at ``p = +1.7e-3``.)"""
+    recomputed in NumPy from the final weights (:func:`assert_on_their_sides`). (A sliding
+    unit whose control did not zero its rate drifted off its surface while it slid and
+    then left to the wrong side: inactive at ``p = +1.7e-3``.)"""
     batch = np.ndim(sol.final_modes) == 2
     for b in range(len(sol.status) if batch else 1):
         Xb = X[b] if np.ndim(X) == 3 else X
         params = [np.asarray(W[b] if batch else W) for W in sol.params]
-        p = np.concatenate([z.ravel() for z in preactivations(params, Xb)])
-        mode = np.asarray(sol.final_modes[b] if batch else sol.final_modes)
-        assert np.all(p[mode == gflow.events.ACTIVE] > -band), b
-        assert np.all(p[mode == gflow.events.INACTIVE] < band), b
-        assert np.all(np.abs(p[mode == gflow.events.SLIDING]) <= band), b
+        assert_on_their_sides(sol.final_modes[b] if batch else sol.final_modes, params, Xb, band, b)
+
+
+def assert_on_their_sides(modes, params, X, band=1e-9, label=None):
+    """Modes ``(P,)`` against the pre-activations of ``params`` on ``X`` computed in NumPy:
+    active units at ``p > −band``, inactive at ``p < band``, sliding within ``band`` of 0."""
+    p = np.concatenate([z.ravel() for z in preactivations([np.asarray(W) for W in params], X)])
+    mode = np.asarray(modes)
+    assert np.all(p[mode == gflow.events.ACTIVE] > -band), label
+    assert np.all(p[mode == gflow.events.INACTIVE] < band), label
+    assert np.all(np.abs(p[mode == gflow.events.SLIDING]) <= band), label
 
 
 _RUN_NOTEBOOK = """

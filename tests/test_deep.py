@@ -7,7 +7,7 @@ import functools
 import jax
 import numpy as np
 import pytest
-from conftest import assert_modes_on_their_sides, max_diff
+from conftest import assert_modes_on_their_sides, assert_on_their_sides, max_diff
 
 import gflow
 from gflow import Status
@@ -128,7 +128,8 @@ def test_several_units_slide_on_their_surfaces():
     sliding units' pre-activations, recomputed in NumPy from the saved weights, stay at
     round-off (before the equivalent controls were iterated to a residual tolerance they
     drifted to 1e-3), gradient descent approaches the end point at first order in η, and
-    the run stopped at t = 38 and continued with its modes ends at the same point."""
+    the run stopped at t = 38 and continued with its modes ends at the same point, as does
+    the run continued from a saved state with the modes the tracker rebuilds there."""
     rng = np.random.default_rng(12345)
     X, Y = rng.standard_normal((8, 2)), rng.standard_normal((8, 2))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -163,6 +164,18 @@ def test_several_units_slide_on_their_surfaces():
     # 2e-12 measured; by the signs alone the units start off their surfaces, slide again
     # after three events and end 1.7e-8 away.
     assert max_diff([W[0] for W in rest.params], end) <= 1e-10
+    # The modes at every save time, rebuilt from the records, are on their sides of the
+    # saved weights' pre-activations; the last are the final modes. Continued from the
+    # first saved state with them: the same end point again.
+    one = sol[0]
+    saved = one.modes_at(ts)
+    assert np.array_equal(saved[-1], one.final_modes)
+    for i in range(len(ts)):
+        assert_on_their_sides(saved[i], [W[i] for W in one.ys], X, label=i)
+    again = gflow.simulate_batch(
+        [W[:, 0] for W in sol.ys], X, Y, t1=38.5 - ts[0], saveat=ts - ts[0], rtol=1e-10, atol=1e-12, modes=saved[:1]
+    )
+    assert max_diff([W[0] for W in again.params], end) <= 1e-10
 
 
 def test_through_kinks_against_scipy():
