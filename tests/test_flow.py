@@ -13,7 +13,7 @@ from conftest import assert_modes_on_their_sides, max_diff
 
 import gflow
 from gflow import Kind, Status
-from gflow.reference import balance_invariants, gradient_descent_batch, loss_value, preactivations, scipy_flow
+from gflow.reference import balance_invariants, gradient_descent_batch, loss_value, scipy_flow
 from gflow.theory import s1_s2_limit, sample_two_point_data
 
 TIGHT = dict(rtol=1e-12, atol=1e-14)
@@ -366,11 +366,17 @@ def test_units_past_their_surfaces_at_an_event_are_resolved_with_it():
     """A unit that crosses its surface at the same instant as the located event, to within
     the step's error, is past it when the forced step to the event ends: before 0.2.4 it was
     not resolved there, and a guard already non-positive at a step's start never changes
-    sign. Here neuron 3 collapses to the origin at t ≈ 148.83, all its units at their
+    sign. Here neuron 3 collapses towards the origin at t ≈ 148.83, all its units at their
     surfaces at once; unit (3, 2) went inactive inside the forced step unrecorded, stayed
     active and revived the neuron: it ended active at p = −0.32 (rtol 1e-6 and 1e-9 alike),
     at a stationary point of the wrong field. Checked against the pre-activations
-    recomputed in NumPy, and against the same run at rtol 1e-11."""
+    recomputed in NumPy, and against the same run at rtol 1e-11 up to the collapse.
+
+    Not compared after it: there the neuron sits at (or within round-off of) the origin, a
+    saddle under this weight decay, and whether it leaves again is decided by round-off.
+    On 2026-12-01's machine both runs stayed (end points 2.9e-8 apart); on 2026-12-02's the
+    rtol 1e-9 run left at t ≈ 177.66 (every mode still on its side) and the 1e-11 run
+    stayed."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(6, 3))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -384,9 +390,14 @@ def test_units_past_their_surfaces_at_an_event_are_resolved_with_it():
     for sol in runs:
         assert sol.status == Status.CONVERGED, sol.message
         assert_modes_on_their_sides(sol, X, band=1e-7)
-        p = np.concatenate([z.ravel() for z in preactivations(sol.params, X)])
-        assert np.all(np.abs(p[18:]) < 1e-7)  # neuron 3 stays at the origin
-    assert max_diff(runs[0].params, runs[1].params) < 1e-6
+    # The same events, to within the tolerance, up to and including the collapse's first
+    # record (both: neuron 3 at point 0 at t = 148.8317837).
+    early = [[r for r in sol.crossings.rows() if r["t"] < 148.8] for sol in runs]
+    assert len(early[0]) == len(early[1]) > 0
+    for a, b in zip(*early, strict=True):
+        assert abs(a["t"] - b["t"]) < 1e-6 and {**a, "t": 0} == {**b, "t": 0}  # 2.2e-7 measured
+    collapse = [next(r for r in sol.crossings.rows() if r["t"] >= 148.8) for sol in runs]
+    assert all(r["neuron"] == 3 and r["point"] == 0 and abs(r["t"] - 148.8317837) < 1e-6 for r in collapse)
 
 
 def test_a_dead_first_layer_neuron_stays_dead_under_weight_decay(authors):
