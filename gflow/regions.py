@@ -83,6 +83,11 @@ def _apply(mode, kind, direction):
     return mode
 
 
+def _require_single(solution):
+    if np.ndim(solution.t) != 0:
+        raise ValueError("solution: expected a single-trajectory solution; index a batch solution first (sol[b])")
+
+
 def modes_at(solution, t) -> np.ndarray:
     """The mode of every pre-activation at time ``t``, rebuilt from a solution's initial
     modes and its recorded events (those at times ``≤ t``: at an event's own time, the
@@ -100,8 +105,7 @@ def modes_at(solution, t) -> np.ndarray:
         :mod:`gflow.networks`), or ``(len(t), P)`` for an array of times. ``modes_at(solution.t)``
         is ``solution.final_modes``.
     """
-    if np.ndim(solution.t) != 0:
-        raise ValueError("solution: expected a single-trajectory solution; index a batch solution first (sol[b])")
+    _require_single(solution)
     times = np.asarray(t, dtype=np.float64)
     t_final = float(solution.t)
     if times.ndim > 1 or not np.all((times >= 0.0) & (times <= t_final)):  # NaN fails too
@@ -133,8 +137,7 @@ def neuron_regions(solution, layer: int = 0) -> list[NeuronRegions]:
         One :class:`NeuronRegions` per neuron of the layer, intervals covering
         ``[0, solution.t]``. Names follow SPEC §4 when ``n = 2`` and ``layer = 0``.
     """
-    if np.ndim(solution.t) != 0:
-        raise ValueError("solution: expected a single-trajectory solution; index a batch solution first (sol[b])")
+    _require_single(solution)
     widths = solution.hidden_widths
     if not 0 <= layer < len(widths):
         raise ValueError(f"layer: expected a hidden layer index in [0, {len(widths)}), got {layer!r}")
