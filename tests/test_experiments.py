@@ -54,9 +54,10 @@ def cones(W, X, tol=0.0):
 # ---- the notebook, in the background -------------------------------------------------------
 @pytest.fixture(scope="module")
 def notebook(tmp_path_factory):
-    """The notebook executing in a subprocess while the other tests run (cwd a temp folder)."""
+    """The notebook executing in a subprocess while the other tests run (cwd a temp folder).
+    Its limits only guard against a hang: CI machines run up to 2.5x slower than others."""
     cwd = tmp_path_factory.mktemp("notebook")
-    proc = start_notebook(NOTEBOOK, cwd, 120)
+    proc = start_notebook(NOTEBOOK, cwd, 900)
     yield proc, cwd
     stop_notebook(proc)
 
@@ -318,5 +319,5 @@ def test_cli_reproduce(tmp_path):
 # ---- the notebook ---------------------------------------------------------------------------
 def test_notebook_runs(notebook):
     proc, cwd = notebook
-    finish_notebook(proc, NOTEBOOK, 240)
+    finish_notebook(proc, NOTEBOOK, 1200)
     assert not any(p.suffix == ".png" for p in NOTEBOOK.parent.iterdir())  # nothing written next to it
