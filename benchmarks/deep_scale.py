@@ -9,7 +9,9 @@ default 20,000).
 
 Reported: status, time reached, iterations (accepted / rejected), events by kind, the
 loss at the start and the end (gflow's, and NumPy's from ``gflow.reference`` for the same
-end point), the SPEC §3 drift, the units sliding at the end, and the wall time of the
+end point), the SPEC §3 drift, the units sliding at the end, the largest gap between a
+unit's final mode and its pre-activation (``Solution.mode_gaps``: round-off for an exact
+run; sliding units alone and all units), and the wall time of the
 one call (compilation included: a run this size compiles once). One run, no ratio: this
 is a capacity measurement, not a comparison.
 
@@ -51,6 +53,8 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000):
     sol = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=max_steps, max_sliding=max_sliding)
     wall = time.perf_counter() - t
     end = [np.asarray(W) for W in sol.params]
+    gaps = sol.mode_gaps(X)
+    sliding = np.asarray(sol.final_modes) == gflow.events.SLIDING
     kinds = {}
     for r in sol.crossings.rows():
         kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
@@ -60,7 +64,8 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000):
         status=sol.status.name, t=float(sol.t), stats={k: int(v) for k, v in sol.stats.items()}, events=kinds,
         loss0=float(loss_value(params, X, Y, "square")), loss=float(sol.loss),
         loss_numpy=float(loss_value(end, X, Y, "square")), drift=balance_drift(params, end),
-        sliding_at_end=int(np.sum(np.asarray(sol.final_modes) == gflow.events.SLIDING)), wall_s=wall,
+        sliding_at_end=int(np.sum(sliding)), gap_sliding=float(np.max(gaps[sliding], initial=0.0)),
+        gap_all=float(np.max(gaps)), wall_s=wall,
     )  # fmt: skip
 
 
@@ -85,6 +90,7 @@ def main(argv=None):
           f"({s['num_accepted']} accepted, {s['num_rejected']} rejected); events {r['events']}")  # fmt: skip
     print(f"loss {r['loss0']:.4g} -> {r['loss']:.4g} (NumPy {r['loss_numpy']:.4g}); §3 drift {r['drift']:.1e}; "
           f"sliding at the end {r['sliding_at_end']}; wall {r['wall_s']:.1f} s (compilation included)")  # fmt: skip
+    print(f"largest mode gap at the end: sliding units {r['gap_sliding']:.1e}, all units {r['gap_all']:.1e}")
     print(describe(machine))
     save_record(args.out, "deep_scale", vars(args), machine, r)
 

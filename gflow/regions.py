@@ -22,7 +22,7 @@ import numpy as np
 
 from .events import ACTIVE, INACTIVE, SLIDING, Kind
 
-__all__ = ["Interval", "NeuronRegions", "modes_at", "neuron_regions", "two_point_name"]
+__all__ = ["Interval", "NeuronRegions", "mode_gaps", "modes_at", "neuron_regions", "two_point_name", "unit_gaps"]
 
 _SYMBOL = {INACTIVE: "-", ACTIVE: "+", SLIDING: "0"}
 _CONES = {("+", "+"): "S", ("+", "-"): "S1", ("-", "+"): "S2", ("-", "-"): "D"}
@@ -124,6 +124,60 @@ def modes_at(solution, t) -> np.ndarray:
             modes[flat[e]] = _apply(modes[flat[e]], cr.kind[e], cr.direction[e])
         out.append(modes)
     return out[0] if times.ndim == 0 else np.stack(out)
+
+
+def unit_gaps(modes, params, X) -> np.ndarray:
+    """How far each pre-activation is from where its mode puts it: ``max(0, −p)`` for an
+    active unit, ``max(0, p)`` for an inactive one, ``|p|`` for one sliding on its surface,
+    with ``p`` computed in NumPy (:func:`gflow.reference.preactivations`).
+
+    An exact trajectory keeps every gap at round-off (its events are located to the
+    solver's tolerance): a larger gap means the modes no longer describe the weights,
+    e.g. a sliding unit whose control did not hold it on its surface.
+
+    Arguments:
+        modes: ``(P,)`` modes (0 inactive, 1 active, 2 sliding; flat order of
+            :mod:`gflow.networks`).
+        params: ``[W_1, ..., W_k]`` of one network.
+        X: inputs ``(n, d_in)``.
+
+    Returns:
+        ``(P,)`` float64 gaps, in the units of ``p``.
+    """
+    from .reference import preactivations
+
+    p = np.concatenate([z.ravel() for z in preactivations(params, X)])
+    mode = np.asarray(modes)
+    if mode.shape != p.shape or not np.all(np.isin(mode, (INACTIVE, ACTIVE, SLIDING))):
+        raise ValueError(
+            f"modes: expected {p.size} modes in {{0, 1, 2}} (one per pre-activation of params on X), "
+            f"got shape {mode.shape}"
+        )
+    return np.where(mode == ACTIVE, np.maximum(-p, 0.0), np.where(mode == INACTIVE, np.maximum(p, 0.0), np.abs(p)))
+
+
+def mode_gaps(solution, X, t=None) -> np.ndarray:
+    """:func:`unit_gaps` of a solution's weights and modes, at the end or at one of its
+    save times: a check, after the fact, that the modes the engine integrated with still
+    describe the weights (``mode_gaps(sol, X).max()`` at round-off).
+
+    Arguments:
+        solution: a single-trajectory :class:`gflow.Solution` (index a batch first).
+        X: the inputs the solution was run on, ``(n, d_in)``.
+        t: ``None`` (the end) or one of ``solution.ts`` (the weights saved there and
+            :func:`modes_at` that time).
+
+    Returns:
+        ``(P,)`` float64 gaps.
+    """
+    _require_single(solution)
+    if t is None:
+        return unit_gaps(solution.final_modes, solution.params, X)
+    hits = np.flatnonzero(np.asarray(solution.ts) == t)
+    if hits.size == 0 or float(t) > float(solution.t):
+        raise ValueError(f"t: expected None or one of the solution's save times up to {float(solution.t)!r}, got {t!r}")
+    k = int(hits[0])
+    return unit_gaps(modes_at(solution, t), [np.asarray(W)[k] for W in solution.ys], X)
 
 
 def neuron_regions(solution, layer: int = 0) -> list[NeuronRegions]:

@@ -178,6 +178,13 @@ class Solution(eqx.Module):
 
         return modes_at(self, t)
 
+    def mode_gaps(self, X, t=None):
+        """How far each pre-activation is from the side or surface its mode puts it on, at
+        the end or at a save time ``t``; see :func:`gflow.regions.mode_gaps`."""
+        from .regions import mode_gaps
+
+        return mode_gaps(self, X, t)
+
     def regions(self, layer: int = 0):
         """Activation-pattern intervals of every neuron of a hidden layer; see
         :func:`gflow.regions.neuron_regions`."""

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import gflow
-from gflow.regions import two_point_name
+from gflow.regions import two_point_name, unit_gaps
 
 TIGHT = dict(rtol=1e-12, atol=1e-14)
 
@@ -14,13 +14,29 @@ def test_two_point_names():
     assert two_point_name("+0") == "S1|S" and two_point_name("0-") == "S1|D"
 
 
+def test_unit_gaps_of_a_hand_made_network():
+    """Depth 3 on x_1 = e_1, x_2 = e_2: the pre-activations are read off the weights
+    (layer 1: ``W_1``'s columns; layer 2: ``W_2 relu(W_1 x_i)``), flat order layer, neuron,
+    point."""
+    X = np.eye(2)
+    params = [np.array([[1.0, -2.0], [0.5, 0.0]]), np.array([[1.0, -1.0]]), np.array([[1.0]])]
+    # p = [1, -2, 0.5, 0 | 1 - 0.5, 0 - 0] = [1, -2, 0.5, 0, 0.5, 0]
+    N, A, S = gflow.events.INACTIVE, gflow.events.ACTIVE, gflow.events.SLIDING  # inactive, active, sliding
+    assert np.array_equal(unit_gaps([A, A, N, S, S, N], params, X), [0.0, 2.0, 0.5, 0.0, 0.5, 0.0])
+    assert np.array_equal(unit_gaps([A, N, A, N, A, A], params, X), np.zeros(6))
+    for modes in ([A] * 5, [A] * 5 + [3]):
+        with pytest.raises(ValueError, match=r"modes: expected 6 modes in \{0, 1, 2\}"):
+            unit_gaps(modes, params, X)
+
+
 def test_intervals_rebuild_final_modes_and_regions(authors, authors_xavier):
     X, Y = authors
     members = [8, 73, 138, 195, 0, 4, 12, 40]  # several of these slide (see test_flow)
     params = [W[members] for W in authors_xavier]
     sol = gflow.simulate_batch(params, X, Y, t1=150.0, **TIGHT)
-    with pytest.raises(ValueError, match="solution: expected a single-trajectory solution"):
-        sol.modes_at(0.0)
+    for call in (lambda: sol.modes_at(0.0), lambda: sol.mode_gaps(X)):
+        with pytest.raises(ValueError, match="solution: expected a single-trajectory solution"):
+            call()
     for b in range(len(members)):
         one = sol[b]
         regions = one.regions(0)
@@ -38,8 +54,10 @@ def test_intervals_rebuild_final_modes_and_regions(authors, authors_xavier):
                 for c, v in zip(ivs[-1].pattern, p):
                     assert (v > -1e-9) if c == "+" else (v < 1e-9)
             assert nr.at(0.0) is ivs[0] and nr.at(float(one.t) + 1) is ivs[-1]
-        # Every mode replayed to the end is the engine's final mode.
+        # Every mode replayed to the end is the engine's final mode, and the end weights
+        # are on the sides (or surfaces) those modes say.
         assert np.array_equal(one.modes_at(one.t), one.final_modes)
+        assert np.max(one.mode_gaps(X)) <= 1e-9
         # A neuron whose pattern at t = 0 is known from the initial weights.
         p0 = params[0][b] @ X.T
         assert regions[0].intervals[0].pattern == "".join("+" if v > 0 else "-" for v in p0[0])
@@ -55,3 +73,5 @@ def test_s1_s2_start_never_changes_region(authors):
     for t in (-1.0, float("nan"), 151.0, [[0.0]]):
         with pytest.raises(ValueError, match=r"t: expected a time or a 1-D array of times in \[0, 150"):
             sol.modes_at(t)
+    with pytest.raises(ValueError, match=r"t: expected None or one of the solution's save times up to 150"):
+        sol.mode_gaps(X, 1.0)  # saved nothing
