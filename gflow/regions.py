@@ -151,7 +151,7 @@ def unit_gaps(modes, params, X) -> np.ndarray:
     if mode.shape != p.shape or not np.all(np.isin(mode, (INACTIVE, ACTIVE, SLIDING))):
         raise ValueError(
             f"modes: expected {p.size} modes in {{0, 1, 2}} (one per pre-activation of params on X), "
-            f"got shape {mode.shape}"
+            f"got shape {mode.shape} with values {np.unique(mode).tolist()}"
         )
     return np.where(mode == ACTIVE, np.maximum(-p, 0.0), np.where(mode == INACTIVE, np.maximum(p, 0.0), np.abs(p)))
 

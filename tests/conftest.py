@@ -50,22 +50,17 @@ def max_diff(a, b):
 
 def assert_modes_on_their_sides(sol, X, band=1e-9):
     """Every member's final modes (one solution or a batch) against its pre-activations
-    recomputed in NumPy from the final weights (:func:`assert_on_their_sides`). (A sliding
-    unit whose control did not zero its rate drifted off its surface while it slid and
-    then left to the wrong side: inactive at ``p = +1.7e-3``.)"""
+    recomputed in NumPy from the final weights (:func:`gflow.regions.unit_gaps`, itself
+    checked in ``test_regions``): active units at ``p ≥ −band``, inactive at ``p ≤ band``,
+    sliding within ``band`` of 0. (A sliding unit whose control did not zero its rate
+    drifted off its surface while it slid and then left to the wrong side: inactive at
+    ``p = +1.7e-3``.)"""
     batch = np.ndim(sol.final_modes) == 2
     for b in range(len(sol.status) if batch else 1):
         Xb = X[b] if np.ndim(X) == 3 else X
         params = [np.asarray(W[b] if batch else W) for W in sol.params]
-        assert_on_their_sides(sol.final_modes[b] if batch else sol.final_modes, params, Xb, band, b)
-
-
-def assert_on_their_sides(modes, params, X, band=1e-9, label=None):
-    """Modes ``(P,)`` against the pre-activations of ``params`` on ``X`` computed in NumPy
-    (:func:`gflow.regions.unit_gaps`, itself checked in ``test_regions``): active units at
-    ``p ≥ −band``, inactive at ``p ≤ band``, sliding within ``band`` of 0."""
-    gaps = unit_gaps(modes, [np.asarray(W) for W in params], X)
-    assert np.all(gaps <= band), (label, float(np.max(gaps)))
+        gaps = unit_gaps(sol.final_modes[b] if batch else sol.final_modes, params, Xb)
+        assert np.all(gaps <= band), (b, float(np.max(gaps)))
 
 
 _RUN_NOTEBOOK = """
