@@ -20,7 +20,7 @@ import pytest
 from conftest import share_compilation_cache
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMEOUT = 600  # seconds for each benchmark process
+TIMEOUT = 1200  # seconds for each benchmark process (a hang guard: each takes 1-4 min)
 share_compilation_cache()  # the benchmark processes share some of their programs
 
 RUNS = {

@@ -102,7 +102,7 @@ def four_devices(tmp_path_factory):
         proc.wait()
 
 
-def wait_for(condition, sub, timeout=300.0):
+def wait_for(condition, sub, timeout=900.0):
     """Poll ``condition()`` every 10 ms while the subprocess runs."""
     deadline = time.monotonic() + timeout
     while not condition():
