@@ -42,7 +42,7 @@ def notebook(tmp_path_factory, thm5_result, thm4_result):
     """The notebook executing in a subprocess while the other tests run, started once this
     process has compiled thm4's and thm5's programs into the shared cache: started
     together, both compiled them at once, and on a slow 2-core CI machine the notebook's
-    thm4 cell ran past its 600 s (CI of 358c32d). Started after them it took 113 s
+    thm4 cell ran past its 600 s (CI of 358332d). Started after them it took 113 s
     (locally, 2026-12-02, against 154 s for thm5 and 213 s for thm4 compiling). The cell
     limit only guards against a hang."""
     proc = start_notebook(NOTEBOOK, tmp_path_factory.mktemp("deep_notebook"), 1800)
