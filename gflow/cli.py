@@ -18,6 +18,22 @@ from ._io import write_json
 app = typer.Typer(help="gflow: exact gradient flow of bias-free ReLU networks.", no_args_is_help=True)
 
 
+@app.callback()
+def _main(
+    cache: bool = typer.Option(
+        True,
+        "--cache/--no-cache",
+        help="Keep compiled programs in JAX's persistent compilation cache: $GFLOW_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/gflow/jax or ~/.cache/gflow/jax (GFLOW_CACHE_DIR=off also turns it off).",
+    ),
+):
+    """Turn on the compilation cache before any command compiles (gflow._cache)."""
+    if cache:
+        from ._cache import enable_compilation_cache
+
+        enable_compilation_cache()
+
+
 @app.command()
 def demo(
     seeds: int = typer.Option(64, min=1, help="Number of Xavier-normal starts."),

@@ -16,6 +16,9 @@ from gflow.regions import unit_gaps
 from gflow.theory import authors_data
 
 assert jax.config.jax_enable_x64
+# The command line's compilation cache (gflow._cache) stays off in the tests and the
+# processes they start, so that no test writes into the user's ~/.cache.
+os.environ["GFLOW_CACHE_DIR"] = "off"
 
 
 def share_compilation_cache():
