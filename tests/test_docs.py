@@ -59,7 +59,7 @@ def test_the_readme_code_runs_and_prints_what_it_shows(tmp_path):
 
 
 @pytest.mark.quick
-def test_every_figure_the_readme_shows_is_committed():
+def test_every_figure_the_readme_shows_is_in_the_repository():
     shown = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", README.read_text(encoding="utf-8"))
     assert shown, "README.md shows no figure"
     missing = [path for path in shown if not (ROOT / path).is_file()]
