@@ -7,7 +7,12 @@ so it shares no code with the rest of gflow: it imports only NumPy, SciPy and JA
   `DOP853` and a hand-written NumPy forward/backward pass. Between kinks the activation
   pattern is held fixed, so the vector field is a polynomial; one terminal event per
   pre-activation stops the solver at every kink, where the pattern entry is flipped and
-  the integration restarts.
+  the integration restarts. It stops where a unit would slide.
+- [`filippov_flow`][] integrates the same flow through sliding modes, for any depth:
+  where units sit on their kinks the velocity is minus the minimum-norm element of the
+  convex hull of the `2^K` one-sided gradients, found by Wolfe's algorithm in NumPy, and
+  the energy `∫‖θ̇‖²` is integrated alongside so that `L(0) − L(t) = ∫‖θ̇‖²` can be
+  checked.
 - [`gradient_descent`][] and [`gradient_descent_batch`][] run full-batch gradient descent
   in JAX, jitted once per shape.
 - [`loss_value`][], [`loss_gradient`][], [`preactivations`][],
@@ -35,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
+import typing
 from collections.abc import Sequence
 
 import jax
@@ -47,6 +53,8 @@ jax.config.update("jax_enable_x64", True)
 
 __all__ = [
     "LOSSES",
+    "FilippovEvent",
+    "FilippovResult",
     "ReferenceResult",
     "balance_drift",
     "balance_invariants",
@@ -54,6 +62,7 @@ __all__ = [
     "gradient_descent_batch",
     "loss_gradient",
     "loss_value",
+    "filippov_flow",
     "preactivations",
     "scipy_flow",
 ]
@@ -561,6 +570,593 @@ def scipy_flow(
 
     final = [np.array(W) for W in layout.unflatten(theta)]
     return ReferenceResult(final, t, crossings, slid, nfev)
+
+
+# --------------------------------------------------------------------------------------
+# Filippov (sliding) gradient flow with SciPy
+# --------------------------------------------------------------------------------------
+
+
+def _affine_weights(Q):
+    """Weights `a` (summing to 1) of the least-norm point `a @ Q` of the affine hull of
+    the rows of `Q`: `q_0 + Σ_i b_i (q_i − q_0)` with `b` the least-squares solution of
+    `Σ_i b_i (q_i − q_0) ≈ −q_0` (SVD based: dependent rows are harmless)."""
+    if Q.shape[0] == 1:
+        return np.ones(1)
+    b = np.linalg.lstsq((Q[1:] - Q[0]).T, -Q[0], rcond=None)[0]
+    return np.concatenate([[1.0 - b.sum()], b])
+
+
+def _min_norm_point(points, tol=1e-15):
+    """The point of least Euclidean norm in the convex hull of `points`, by Wolfe's
+    algorithm (P. Wolfe, "Finding the nearest point in a polytope", Math. Programming 11,
+    1976, 128-149).
+
+    The iterate `x` is the least-norm point of the affine hull of a *corral* `S` of the
+    points, with positive weights. A major cycle stops when `‖x‖² − ⟨p_j, x⟩ ≤
+    tol·max_i ‖p_i‖²` for every point (the optimality condition of the hull: no point
+    lies on the origin's side of the hyperplane through `x` normal to `x`), and
+    otherwise adds the most violating point to `S`. A minor cycle then moves the weights
+    toward the affine minimiser of `S`, stopping where the first weight reaches zero and
+    dropping that point, until the affine minimiser has all weights positive.
+
+    **Arguments:**
+
+    - `points`: shape `(m, d)`, `m >= 1`.
+    - `tol`: the relative optimality gap at which to stop.
+
+    **Returns:** `(x, weights)`: `x` of shape `(d,)` and `weights` of shape `(m,)`,
+    `>= 0`, summing to 1, with `x = weights @ points`.
+    """
+    P = np.asarray(points, dtype=np.float64)
+    m = P.shape[0]
+    sq = np.einsum("ij,ij->i", P, P)
+    scale = max(float(np.max(sq)), _TINY)
+    S = [int(np.argmin(sq))]
+    w = np.ones(1)
+    x = P[S[0]].copy()
+    for _ in range(10 * m + 100):
+        gap = x @ x - P @ x
+        gap[S] = -np.inf
+        j = int(np.argmax(gap))
+        if gap[j] <= tol * scale:
+            break
+        S.append(j)
+        w = np.append(w, 0.0)
+        while True:
+            a = _affine_weights(P[S])
+            if np.all(a > 0):
+                w = a
+                break
+            # Move from w toward a as far as w stays >= 0; drop the weight that hits 0.
+            neg = np.flatnonzero(a <= 0)
+            denom = w[neg] - a[neg]
+            ratio = np.where(denom > 0, w[neg] / np.where(denom > 0, denom, 1.0), 0.0)
+            k = int(np.argmin(ratio))
+            w = (1.0 - ratio[k]) * w + ratio[k] * a
+            w[neg[k]] = 0.0
+            keep = w > 0
+            S = [s for s, kept in zip(S, keep, strict=True) if kept]
+            w = w[keep]
+        if j not in S:  # the new point was dropped at once: no progress is possible
+            break
+        w = w / w.sum()
+        x = w @ P[S]
+    weights = np.zeros(m)
+    weights[S] = w
+    return x, weights
+
+
+def _entries_to_layers(layout, flat):
+    """Flat `(..., P)` values in (layer, neuron, point) order → per hidden layer `(..., n, d_l)`."""
+    o, lead = layout.entry_offsets, flat.shape[:-1]
+    return [
+        np.swapaxes(flat[..., o[i] : o[i + 1]].reshape(*lead, d, layout.n), -1, -2) for i, d in enumerate(layout.hidden)
+    ]
+
+
+def _layers_to_entries(arrays):
+    """Per hidden layer `(..., n, d_l)` → flat `(..., P)` in (layer, neuron, point) order."""
+    return np.concatenate([np.swapaxes(a, -1, -2).reshape(*a.shape[:-2], -1) for a in arrays], axis=-1)
+
+
+def _surface_forward(params, X, hmasks):
+    """Forward pass with `h_l = hmasks[l] ⊙ z_l` (float masks): `(Z, H, F)` as in `_forward`."""
+    H, Z = [X], []
+    for W, m in zip(params[:-1], hmasks, strict=True):
+        z = H[-1] @ W.T
+        Z.append(z)
+        H.append(m * z)
+    return Z, H, H[-1] @ params[-1].T
+
+
+def _vertex_gradients(params, H, gmasks, G, weight_decay):
+    """Loss gradients for a batch of `V` slope patterns, flat, shape `(V, |θ|)`.
+
+    `gmasks[l]` of shape `(V, n, d_l)` holds the ReLU slopes used in the backward pass;
+    the forward pass (`H`, and `G = ∂L/∂F`) is shared.
+    """
+    V = gmasks[0].shape[0] if gmasks else 1
+    delta = np.broadcast_to(G, (V, *G.shape))
+    parts = [None] * len(params)
+    for i in reversed(range(len(params))):
+        g = np.einsum("vnd,ne->vde", delta, H[i])
+        if weight_decay:
+            g = g + weight_decay * params[i]
+        parts[i] = g.reshape(V, -1)
+        if i > 0:
+            delta = (delta @ params[i]) * gmasks[i - 1]
+    return np.concatenate(parts, axis=1)
+
+
+def _tangent_preactivations(params, X, hmasks, gmasks, velocities):
+    """Rates `ṗ` of every hidden pre-activation for `B` velocities at once (forward mode).
+
+    `velocities[l]` has shape `(B, d_l, d_{l-1})`, `gmasks[l]` shape `(B, n, d_l)` (the
+    slopes through which a rate passes to the next layer); returns `(B, n, d_l)` per layer.
+    """
+    B = velocities[0].shape[0]
+    h, dh, out = X, np.zeros((B, *X.shape)), []
+    for W, dW, hm, gm in zip(params[:-1], velocities[:-1], hmasks, gmasks, strict=True):
+        z = h @ W.T
+        dz = dh @ W.T + np.einsum("ne,bde->bnd", h, dW)
+        out.append(dz)
+        h, dh = hm * z, gm * dz
+    return out
+
+
+class FilippovEvent(typing.NamedTuple):
+    """One event of [`filippov_flow`][].
+
+    - `t`: its time.
+    - `layer`, `neuron`, `point`: the pre-activation (as in the module docstring).
+    - `kind`: `"cross"` (passes through its surface), `"slide_start"` (stays on it),
+      `"slide_end"` (leaves it after sliding).
+    - `side`: the side it goes to: `+1` active, `−1` inactive, `0` for `"slide_start"`.
+    """
+
+    t: float
+    layer: int
+    neuron: int
+    point: int
+    kind: str
+    side: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FilippovResult:
+    """What [`filippov_flow`][] returns.
+
+    **Fields:**
+
+    - `params`: the weights `[W_1, ..., W_k]` at time `t`.
+    - `t`: the time reached (`t1`).
+    - `events`: the [`FilippovEvent`][]s in time order (same-instant ones by flat index).
+    - `ts`, `losses`, `energies`: the save times (`t_eval`), the loss `L(θ(t))`
+      (weight decay included) and `E(t) = ∫₀ᵗ ‖θ̇‖² ds` at each, arrays of shape `(S,)`.
+    - `initial_loss`, `loss`, `energy`: `L(θ(0))`, `L(θ(t))`, `E(t)`.
+    - `sliding`: the `(layer, neuron, point)` sliding at `t`.
+    - `drift`: the largest `|p|` of a sliding unit met at any accepted step or event:
+      how far the flow left the surfaces it was meant to slide on.
+    - `nfev`: the number of vector-field evaluations SciPy made.
+    """
+
+    params: list
+    t: float
+    events: list
+    ts: np.ndarray
+    losses: np.ndarray
+    energies: np.ndarray
+    initial_loss: float
+    loss: float
+    energy: float
+    sliding: list
+    drift: float
+    nfev: int
+
+    @property
+    def energy_defect(self):
+        """`|L(0) − L(t) − E(t)|` over the dissipated loss `max(|L(0) − L(t)|, E(t))`
+        (at least `1e-14·|L(0)|`): zero for an exact flow."""
+        drop = self.initial_loss - self.loss
+        scale = max(abs(drop), abs(self.energy), 1e-14 * abs(self.initial_loss), _TINY)
+        return abs(drop - self.energy) / scale
+
+
+def filippov_flow(
+    params,
+    X,
+    Y,
+    *,
+    t1,
+    loss="square",
+    weight_decay=0.0,
+    rtol=1e-12,
+    atol=1e-14,
+    t_eval=None,
+    max_events=10_000,
+    max_sliding=10,
+):
+    """Integrate the Filippov gradient flow of a ReLU network of any depth, sliding
+    included, with SciPy's `DOP853`, a NumPy backward pass and Wolfe's min-norm point.
+
+    **The field.** Let `K` be the set of pre-activations that sit on their surfaces
+    `p_j = 0`, and every other one active or inactive by its sign (the *pattern*). Write
+    `g(c)`, `c ∈ [0,1]^K`, for the loss gradient computed by backpropagation with the
+    ReLU slope of unit `j ∈ K` set to `c_j` (`σ(0) = 0` in the forward pass, so the
+    outputs do not depend on `c`). A gradient of layer `l` is `δ_l^T h_{l−1}` with
+    `δ_{l−1} = (δ_l W_l) ⊙ c_{l−1}`: every product in it holds at most one slope of each
+    unit, so `g` is multi-affine in `c`, and
+
+        D(θ) = conv{ g(c) : c ∈ [0,1]^K } = conv{ g(v) : v ∈ {0,1}^K }
+
+    is a conservative field of the loss (Bolte–Pauwels 2021: backpropagation with
+    slopes in `[0,1]` at the kinks). Along any absolutely continuous curve,
+    `dL/dt = ⟨d, θ̇⟩` for every `d ∈ D(θ)` and almost every `t`; a solution of the
+    differential inclusion `θ̇ ∈ −D(θ)`, `θ̇ = −u`, thus has `⟨d, u⟩ = ‖u‖²` for all
+    `d ∈ D(θ)` (take `d = u`), hence `‖d‖ ≥ ‖u‖`: `u` is the **minimum-norm element of
+    D(θ)**, and
+
+        θ̇ = −u,    u = argmin{ ‖d‖ : d ∈ conv{ g(v) : v ∈ {0,1}^K } },
+        L(θ(0)) − L(θ(t)) = ∫₀ᵗ ‖θ̇(s)‖² ds.
+
+    `u` is computed at every field evaluation from the `2^|K|` vertex gradients by
+    Wolfe's algorithm ([`_min_norm_point`][], weights `λ_v`, equivalent slopes
+    `c = Σ_v λ_v v`). With `K = ∅` it is the plain gradient. The energy integral is one
+    more ODE state, `Ė = ‖u‖²`, so the identity above is a check of the whole run.
+
+    **Sliding and leaving.** For a unit `j ∈ K` at point `x_i` the rate `ṗ_j(−d)` of
+    `p_j` under a field `−d` is the forward-mode derivative of `p_j` along `−d`. In
+    depth 2, `g(c) = g_0 + Σ_j c_j δ_j ∇p_j` (`δ_j` the backpropagated signal at `j`),
+    so `‖g(c)‖²` is a convex quadratic `q(c)` with `½ ∂q/∂c_j = −δ_j ṗ_j(−g(c))`: at an
+    interior minimiser every sliding rate is zero, and the field is tangent to the
+    surfaces. Unit `j`'s *one-sided tests* are
+
+        s_j^± = ṗ_j(−u_j^±),   u_j^± = min-norm point of conv{ g(v) : v_j = 1 (+), 0 (−) },
+
+    its rate under the flow's field when its own slope is pinned to 1 (active side) or
+    0 (inactive side) and the other units of `K` still slide. With `φ_j(s) = min q(s, ·)`
+    over the other slopes (convex, `φ_j'(s) = −2δ_j ṗ_j`), the minimiser of `q` has
+    `c_j < 1` iff `φ_j'(1) > 0`, i.e. iff `s_j^+ < 0` when `δ_j > 0` — the sliding
+    condition `s_j^+ < 0 < s_j^−` (both sides push into the surface) is exactly the
+    condition that unit `j`'s min-norm slope is interior. In deeper nets `g` is
+    multi-affine rather than affine (a unit's rate then depends on the slopes of the
+    sliding units below it at the same point, taken as the equivalent slopes of the
+    min-norm weights); the same tests are used, as a rule rather than a theorem, and the
+    energy identity and `drift` tell whether the result was a solution. A unit decides:
+
+    - `s^− > 0 > s^+`: slides (in `K`);
+    - `s^+ > 0` and `s^− ≥ 0` (or `s^+ = 0 < s^−`): goes to (or crosses into) the active side;
+    - `s^− < 0` and `s^+ ≤ 0` (or `s^− = 0 > s^+`): goes to the inactive side;
+    - otherwise (repelling `s^+ > 0 > s^−`, or both zero: a unit cut off from the
+      data by the layer below): keeps its side.
+
+    So a unit parked on its surface with zero rate on its side (it crossed into a side
+    where nothing moves it) leaves at the first event after which the other side's
+    field pushes it off, rather than when round-off lets its `p` change sign.
+
+    A rate counts as zero within `1e-10` of the largest rate in play.
+
+    **Events.** Between events `K` and the pattern are fixed and `DOP853` integrates
+    `(θ, E)` at `rtol`/`atol`. Sliding units are not projected: their `p_j` stay at 0
+    because the field is tangent, to the tolerances (`drift` reports how well). The
+    min-norm field has a kink where a slope reaches 0 or 1 (a leaving time), which the
+    step-size control resolves like any loss of smoothness; the solver stops there
+    anyway. Terminal events:
+
+    - `p_j` of a unit outside `K` reaches its surface from its side (as in
+      [`scipy_flow`][]);
+    - `s_j^+` of a sliding unit rises through 0 (it leaves to the active side: its
+      min-norm slope reaches 1), or `s_j^−` falls through 0 (it leaves to the inactive
+      side: slope 0).
+
+    At an event, the unit whose test fired goes to its side, and every other unit of
+    `K`, the unit that arrived, and every unit within round-off (`16·ε·max(1, max|p|)`)
+    of its surface or past it becomes a candidate for `K`. The candidates are
+    decided by the tests above computed with all of them in `K`; the units that do not
+    slide are removed (those that keep their side at once, then the one whose test is
+    the clearest, one at a time, the tests recomputed after each) until every remaining
+    candidate slides. A unit that arrives at its surface therefore crosses when its new
+    side's field carries it on and slides otherwise, as in [`scipy_flow`][]. Events are
+    recorded by comparing `K` and the pattern before and after.
+
+    A first-layer neuron inactive on every point is frozen (it gets no gradient from the
+    loss); its pre-activations are not watched.
+
+    **Arguments:**
+
+    - `params`: `[W_1, ..., W_k]`, `W_l` of shape `(d_l, d_{l-1})`; not modified.
+    - `X`: inputs, shape `(n, d_in)`.
+    - `Y`: targets, shape `(n, d_out)`; `(n,)` labels for the margin losses.
+    - `t1`: the final time, `>= 0`.
+    - `loss`: one of `"square"`, `"mse"`, `"exponential"`, `"logistic"`.
+    - `weight_decay`: `λ >= 0`; the flow is that of `L + (λ/2)‖θ‖²`.
+    - `rtol`, `atol`: tolerances passed to `solve_ivp`.
+    - `t_eval`: nondecreasing save times in `[0, t1]`, or `None` (none).
+    - `max_events`: the most event resolutions before giving up with `RuntimeError`.
+    - `max_sliding`: the most units that may slide at once (each field evaluation
+      costs `2^|K|` backward passes).
+
+    **Returns:** a [`FilippovResult`][].
+
+    **Raises:** `ValueError` on malformed input; `RuntimeError` if SciPy fails, or more
+    than `max_events` events or `max_sliding` sliding units are met.
+
+    **Example:** a depth-3 net, its events and the energy identity:
+
+        params = [rng.normal(size=(5, 3)), rng.normal(size=(5, 5)), rng.normal(size=(1, 5))]
+        res = filippov_flow(params, X, Y, t1=5.0, t_eval=np.linspace(0, 5, 11))
+        [e for e in res.events if e.kind != "cross"], res.energy_defect, res.drift
+    """
+    _check_loss(loss)
+    params = _check_params(params)
+    d_in, d_out = params[0].shape[1], params[-1].shape[0]
+    X, Y = _check_data(X, Y, d_in, d_out, loss)
+    t1 = _check_nonnegative(t1, "t1")
+    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+    rtol = _check_positive(rtol, "rtol")
+    atol = _check_positive(atol, "atol")
+    max_events = _check_count(max_events, "max_events")
+    max_sliding = _check_count(max_sliding, "max_sliding")
+    if t_eval is None:
+        t_eval = np.zeros(0)
+    else:
+        t_eval = np.array(t_eval, dtype=np.float64)
+        if (
+            t_eval.ndim != 1
+            or not np.all(np.isfinite(t_eval))
+            or np.any(np.diff(t_eval) < 0)
+            or np.any(t_eval < 0)
+            or np.any(t_eval > t1)
+        ):
+            raise ValueError(
+                f"`t_eval` must be a 1-D nondecreasing array of times in [0, t1={t1}]; "
+                f"got {t_eval if t_eval.size <= 8 else f'shape {t_eval.shape}'}."
+            )
+
+    layout = _Layout([W.shape for W in params], X.shape[0])
+    n_entries = int(layout.entry_offsets[-1])
+    reg = lambda ps: 0.5 * weight_decay * sum(float(np.sum(W**2)) for W in ps)
+    true_loss = lambda ps: _loss_of_output(_forward(ps, X)[2], Y, loss) + reg(ps)
+    preacts = lambda theta: _flat_entries(_forward(layout.unflatten(theta), X)[0])
+
+    def field_parts(theta, pattern, K):
+        """Weights, forward masks, vertex slopes `(V, |K|)` and vertex gradients `(V, |θ|)`."""
+        ps = layout.unflatten(theta)
+        base = pattern.astype(np.float64)
+        base[K] = 0.0
+        hmasks = _entries_to_layers(layout, base)
+        _, H, F = _surface_forward(ps, X, hmasks)
+        bits = ((np.arange(2 ** len(K))[:, None] >> np.arange(len(K))) & 1).astype(np.float64)
+        slopes = np.tile(base, (len(bits), 1))
+        slopes[:, K] = bits
+        grads = _vertex_gradients(ps, H, _entries_to_layers(layout, slopes), _output_gradient(F, Y, loss), weight_decay)
+        return ps, hmasks, bits, grads
+
+    def rates(ps, hmasks, pattern, K, velocities, controls):
+        """`ṗ` of every entry `(B, P)` under `B` velocities with the slopes `controls` on `K`."""
+        slopes = np.tile(pattern.astype(np.float64), (len(velocities), 1))
+        slopes[:, K] = controls
+        o = layout.param_offsets
+        vel = [velocities[:, o[i] : o[i + 1]].reshape(len(velocities), *W.shape) for i, W in enumerate(ps)]
+        return _layers_to_entries(_tangent_preactivations(ps, X, hmasks, _entries_to_layers(layout, slopes), vel))
+
+    def tests(theta, pattern, K):
+        """`(s⁺, s⁻, scale)`: the one-sided tests of every unit of `K`, and the largest rate."""
+        ps, hmasks, bits, grads = field_parts(theta, pattern, K)
+        velocities, controls = [], []
+        for a in range(len(K)):
+            for bit in (1.0, 0.0):
+                idx = np.flatnonzero(bits[:, a] == bit)
+                u, lam = _min_norm_point(grads[idx])
+                velocities.append(-u)
+                controls.append(lam @ bits[idx])
+        r = rates(ps, hmasks, pattern, K, np.array(velocities), np.array(controls))
+        pos = np.arange(len(K))
+        return r[2 * pos, K], r[2 * pos + 1, K], float(np.max(np.abs(r), initial=0.0))
+
+    def frozen(pattern, K):
+        """Entries of first-layer neurons inactive on every point (and none sliding)."""
+        dead = np.zeros(n_entries, dtype=bool)
+        if layout.hidden:
+            live = pattern.copy()
+            live[K] = True
+            first = live[: layout.entry_offsets[1]].reshape(layout.hidden[0], layout.n)
+            dead[: layout.entry_offsets[1]] = np.repeat(~first.any(axis=1), layout.n)
+        return dead
+
+    def cut_off(theta, pattern, candidates, j):
+        """Whether unit `j` (of layer >= 1) gets exactly zero input at its point and no
+        candidate below it at that point can change that: `p_j ≡ 0` with zero gradient, so
+        its slope changes nothing and it keeps its side."""
+        layer, _, point = layout.entry(j)
+        if layer == 0:
+            return False
+        base = pattern.astype(np.float64)
+        base[candidates] = 0.0
+        H = _surface_forward(layout.unflatten(theta), X, _entries_to_layers(layout, base))[1]
+        if np.any(H[layer][point] != 0):
+            return False
+        o, n = layout.entry_offsets, layout.n
+        below = np.arange(o[layer - 1] + point, o[layer], n)  # layer - 1's units at this point
+        return not any(k in candidates and not cut_off(theta, pattern, candidates, k) for k in below)
+
+    def resolve(theta, pattern, K, forced, arrived):
+        """New `(pattern, K)` at a state on some surfaces; see the docstring."""
+        pattern = pattern.copy()
+        for j, side in forced.items():
+            pattern[j] = side > 0
+        p = preacts(theta)
+        band = 16 * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(p), initial=0.0)))
+        side = np.where(pattern, 1.0, -1.0)
+        near = np.flatnonzero(~frozen(pattern, np.array(K, dtype=int)) & (side * p <= band))
+        slide = sorted((set(K) | set(arrived) | {int(j) for j in near}) - set(forced))
+        slide = [j for j in slide if not cut_off(theta, pattern, slide, j)]
+        for _ in range(2 * len(slide) + 2):
+            if not slide:
+                break
+            if len(slide) > max_sliding:
+                raise RuntimeError(
+                    f"filippov_flow: {len(slide)} units on their surfaces at once at t={t}, more than "
+                    f"max_sliding={max_sliding}."
+                )
+            K_arr = np.array(slide)
+            sp, sm, scale = tests(theta, pattern, K_arr)
+            zero = 1e-10 * max(scale, _TINY)
+            zp = np.where(np.abs(sp) <= zero, 0, np.sign(sp))
+            zm = np.where(np.abs(sm) <= zero, 0, np.sign(sm))
+            slides = (zm > 0) & (zp < 0)
+            if slides.all():
+                break
+            active = ((zp > 0) & (zm >= 0)) | ((zp == 0) & (zm > 0))
+            inactive = ((zm < 0) & (zp <= 0)) | ((zm == 0) & (zp < 0))
+            keep = ~(slides | active | inactive)
+            if keep.any():
+                slide = [j for j, k in zip(slide, keep, strict=True) if not k]
+                continue
+            margin = np.where(active, np.abs(sp), np.abs(sm))
+            margin[slides] = -1.0
+            a = int(np.argmax(margin))
+            pattern[slide[a]] = bool(active[a])
+            del slide[a]
+        else:
+            raise RuntimeError(f"filippov_flow: the sliding set did not settle at t={t}.")
+        return pattern, slide
+
+    def record(t, pattern0, K0, pattern, K):
+        K0, K = set(K0), set(K)
+        out = []
+        for j in sorted(K0 | K | set(np.flatnonzero(pattern0 != pattern))):
+            side = 1 if pattern[j] else -1
+            if j in K and j not in K0:
+                kind, side = "slide_start", 0
+            elif j in K0 and j not in K:
+                kind = "slide_end"
+            elif j not in K and pattern0[j] != pattern[j]:
+                kind = "cross"
+            else:
+                continue
+            out.append(FilippovEvent(t, *layout.entry(j), kind, side))
+        return out
+
+    theta = np.concatenate([W.ravel() for W in params])
+    initial_loss = true_loss(layout.unflatten(theta))
+    energy, t = 0.0, 0.0
+    pattern = preacts(theta) > 0
+    K = []
+    events, saved, nfev, n_events, drift = [], [], 0, 0, 0.0
+    pattern, K = resolve(theta, pattern, K, {}, [])
+    events += record(0.0, preacts(theta) > 0, [], pattern, K)
+    next_save = 0
+
+    while True:
+        K_arr = np.array(K, dtype=int)
+        rhs_cache, event_cache, drift_log = {}, {}, []
+
+        def rhs(s, y, pattern=pattern, K_arr=K_arr, cache=rhs_cache):
+            key = y.tobytes()
+            if key not in cache:
+                cache.clear()
+                grads = field_parts(y[:-1], pattern, K_arr)[3]
+                u = _min_norm_point(grads)[0] if len(K_arr) else grads[0]
+                cache[key] = np.concatenate([-u, [u @ u]])
+            return cache[key]
+
+        def event_values(s, y, pattern=pattern, K_arr=K_arr, cache=event_cache, log=drift_log):
+            key = y.tobytes()
+            if key not in cache:
+                cache.clear()
+                p = preacts(y[:-1])
+                if len(K_arr):
+                    log.append((s, float(np.max(np.abs(p[K_arr])))))
+                    sp, sm, _ = tests(y[:-1], pattern, K_arr)
+                else:
+                    sp = sm = np.zeros(0)
+                cache[key] = (p, sp, sm)
+            return cache[key]
+
+        def make_event(value, direction, values=event_values):
+            def event(s, y):
+                return value(*values(s, y))
+
+            event.terminal = True
+            event.direction = direction
+            return event
+
+        watched = np.flatnonzero(~frozen(pattern, K_arr) & ~np.isin(np.arange(n_entries), K_arr))
+        fns, owners = [], []
+        for j in watched:
+            side = 1.0 if pattern[j] else -1.0
+            fns.append(make_event(lambda p, sp, sm, j=j, side=side: p[j] + side * _TINY, -side))
+            owners.append(("p", int(j), 0))
+        for a, j in enumerate(K):
+            fns.append(make_event(lambda p, sp, sm, a=a: sp[a], 1.0))
+            owners.append(("s", int(j), 1))
+            fns.append(make_event(lambda p, sp, sm, a=a: sm[a], -1.0))
+            owners.append(("s", int(j), -1))
+        if t < t1:
+            sol = scipy.integrate.solve_ivp(
+                rhs,
+                (t, t1),
+                np.concatenate([theta, [energy]]),
+                method="DOP853",
+                rtol=rtol,
+                atol=atol,
+                events=fns or None,
+                dense_output=True,
+            )
+            nfev += int(sol.nfev)
+            if sol.status == -1:
+                raise RuntimeError(f"filippov_flow: solve_ivp failed at t={t}: {sol.message}")
+            t_end = float(sol.t[-1]) if sol.status == 0 else min(float(te[0]) for te in sol.t_events if len(te))
+            # Sliding units leave their surfaces after a leaving event: judge the drift before it.
+            drift = max([drift] + [v for s_log, v in drift_log if s_log <= t_end])
+            while next_save < len(t_eval) and t_eval[next_save] <= t_end:
+                y_save = sol.sol(t_eval[next_save])
+                saved.append((t_eval[next_save], true_loss(layout.unflatten(y_save[:-1])), y_save[-1]))
+                next_save += 1
+        else:
+            sol = None
+            while next_save < len(t_eval):  # t_eval points at t = t1 = 0
+                saved.append((t, true_loss(layout.unflatten(theta)), energy))
+                next_save += 1
+        if sol is None or sol.status == 0:
+            if sol is not None:
+                theta, energy, t = sol.y[:-1, -1], float(sol.y[-1, -1]), float(sol.t[-1])
+            break
+
+        fired = [(te[0], k) for k, te in enumerate(sol.t_events) if len(te)]
+        t_event, k = min(fired)
+        y_event = np.array(sol.y_events[k][0])
+        theta, energy, t = y_event[:-1], float(y_event[-1]), float(t_event)
+        n_events += 1
+        if n_events > max_events:
+            raise RuntimeError(f"filippov_flow: more than max_events={max_events} events before t={t} (t1={t1}).")
+        what, j, side = owners[k]
+        if len(K):
+            drift = max(drift, float(np.max(np.abs(preacts(theta)[K_arr]))))
+        forced = {j: side} if what == "s" else {}
+        arrived = [j] if what == "p" else []
+        new_pattern, new_K = resolve(theta, pattern, K, forced, arrived)
+        events += record(t, pattern, K, new_pattern, new_K)
+        pattern, K = new_pattern, new_K
+
+    ps = [np.array(W) for W in layout.unflatten(theta)]
+    ts = np.array([s for s, _, _ in saved])
+    return FilippovResult(
+        params=ps,
+        t=t,
+        events=events,
+        ts=ts,
+        losses=np.array([v for _, v, _ in saved]),
+        energies=np.array([e for _, _, e in saved]),
+        initial_loss=initial_loss,
+        loss=true_loss(ps),
+        energy=energy,
+        sliding=[layout.entry(j) for j in K],
+        drift=drift,
+        nfev=nfev,
+    )
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,265 @@
+"""Tests of gflow.reference.filippov_flow (the Filippov flow of deep nets, sliding
+included) and of its Wolfe min-norm point, each against something independent of the code
+it checks: a non-negative least-squares solve of the same QP, the optimality certificate
+of the min-norm point, the energy identity and the balance laws of the exact flow, the
+kink-by-kink `scipy_flow` where nothing slides (or up to the first slide), and gflow's
+depth-2 engine on the authors' data."""
+
+import numpy as np
+import pytest
+import scipy.optimize
+from conftest import max_diff
+
+from gflow.reference import _min_norm_point, balance_drift, filippov_flow, preactivations, scipy_flow
+
+RTOL, ATOL = 1e-12, 1e-14  # filippov_flow's default tolerances
+
+
+# --------------------------------------------------------------------------------------
+# Named problems
+# --------------------------------------------------------------------------------------
+
+
+def teacher_problem(seed, widths, n, scale=0.6):
+    """Random He-scaled weights (times `scale`), Gaussian inputs, targets from a random teacher."""
+    rng = np.random.default_rng(seed)
+    pairs = list(zip(widths[:-1], widths[1:], strict=True))
+    params = [rng.normal(size=(b, a)) * scale * np.sqrt(2 / a) for a, b in pairs]
+    X = rng.normal(size=(n, widths[0]))
+    teacher = [rng.normal(size=(b, a)) / np.sqrt(a) for a, b in pairs]
+    h = X
+    for W in teacher[:-1]:
+        h = np.maximum(h @ W.T, 0.0)
+    return params, X, h @ teacher[-1].T
+
+
+# Depth 3, 5 points: two second-layer units slide at once on point 0 for t ∈ (0.081, 0.429),
+# three units slide at t = 5.
+SLIDING3 = dict(seed=9, widths=(3, 4, 4, 1), n=5)
+# Depth 3, 5 points: a first-layer unit slides twice, with crossings in between and after.
+SLIDING3B = dict(seed=0, widths=(3, 4, 4, 1), n=5)
+# Depth 4, 6 points: units (0, 1, 5), (0, 3, 5) and (2, 4, 1) slide at once on
+# t ∈ (3.641, 3.743), two layers apart.
+SLIDING4 = dict(seed=9, widths=(3, 5, 5, 5, 1), n=6)
+# Depth 4, 6 points: 15 pre-activations are exactly 0 at t = 0 (cut off from the data by
+# the layer below); none of them slides.
+CUT4 = dict(seed=1, widths=(3, 5, 5, 5, 1), n=6)
+# No sliding before t = 5: depth 2 with 6 crossings, depth 3 with 5.
+CROSSING2 = dict(seed=2, widths=(3, 6, 2), n=6)
+CROSSING3 = dict(seed=5, widths=(3, 4, 4, 1), n=5)
+# Depth 3: unit (1, 1, 3) crosses to inactive at t = 0.664 and stays parked on its surface
+# (p ≈ −8e-18, zero rate on the inactive side) until the crossing of (0, 0, 1) at
+# t = 2.0382 makes its active side's rate positive (0.21), where it leaves at once.
+# scipy_flow, which only watches p, lets it cross 1.5e-7 later at rtol = 1e-12 and never
+# at rtol = 1e-13 (its final weights at t = 5 differ by 0.12 between the two).
+PARKED3 = dict(seed=2, widths=(3, 4, 4, 1), n=5)
+
+
+# --------------------------------------------------------------------------------------
+# Wolfe's min-norm point against an independent QP solve
+# --------------------------------------------------------------------------------------
+
+
+def nnls_min_norm(P, M=1e3):
+    """min ‖λ·P‖ over the simplex, by NNLS with the row `M·(Σλ − 1)` appended, then λ/Σλ."""
+    A = np.vstack([P.T, M * np.ones((1, len(P)))])
+    b = np.concatenate([np.zeros(P.shape[1]), [M]])
+    lam = scipy.optimize.nnls(A, b, maxiter=50 * len(P))[0]
+    return (lam / lam.sum()) @ P
+
+
+def hulls(seed):
+    """Random point sets in dimensions 3..20 with 1..64 points, some degenerate."""
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        d, m = rng.integers(3, 21), rng.integers(2, 65)
+        yield "general", rng.normal(size=(m, d)) + rng.normal(size=d) * rng.uniform(0, 3)
+    for _ in range(12):
+        d, m = rng.integers(3, 21), rng.integers(2, 33)
+        P = rng.normal(size=(m, d)) + 2 * rng.normal(size=d)
+        yield "duplicates", np.vstack([P, P[rng.integers(0, m, size=m)]])
+        a, b = rng.normal(size=d), rng.normal(size=d)
+        yield "collinear", a + rng.uniform(-1, 2, size=(m, 1)) * b
+        Q = rng.normal(size=(m, d))
+        yield "origin inside", Q - Q.mean(axis=0)  # the centroid is the origin
+        k = rng.integers(1, 5)  # a cube's image under an affine map: 2^k points in a k-flat
+        bits = (np.arange(2**k)[:, None] >> np.arange(k)) & 1
+        yield "cube image", 2 * rng.normal(size=d) + bits @ rng.normal(size=(k, d))
+        yield "one point", rng.normal(size=(1, d))
+
+
+def test_min_norm_point_against_nnls_and_its_certificate():
+    for kind, P in hulls(0):
+        x, w = _min_norm_point(P)
+        scale = float(np.max(np.sum(P**2, axis=1)))
+        # Feasible: weights on the simplex that reproduce x.
+        assert np.all(w >= 0) and abs(w.sum() - 1) < 1e-14, kind
+        assert np.max(np.abs(w @ P - x)) < 1e-14 * np.sqrt(scale) + 1e-300, kind
+        # Optimal: every point on the far side of the hyperplane through x normal to x.
+        assert np.min(P @ x) >= x @ x - 1e-13 * scale, kind
+        # Equal to an independent solve of the same QP.
+        assert np.max(np.abs(x - nnls_min_norm(P))) < 1e-10, kind
+        if kind == "origin inside":
+            assert np.linalg.norm(x) < 1e-12 * np.sqrt(scale), kind
+        if kind == "one point":
+            assert np.array_equal(x, P[0])
+
+
+# --------------------------------------------------------------------------------------
+# The Filippov flow on its own: energy identity, balance laws, surfaces kept
+# --------------------------------------------------------------------------------------
+
+
+def most_sliding_at_once(events):
+    """The largest number of units sliding together, replayed from the event list."""
+    sliding, most = set(), 0
+    for e in events:
+        unit = (e.layer, e.neuron, e.point)
+        if e.kind == "slide_start":
+            sliding.add(unit)
+        elif e.kind == "slide_end":
+            sliding.discard(unit)
+        most = max(most, len(sliding))
+    return most
+
+
+@pytest.mark.parametrize(
+    "problem",
+    [SLIDING3, SLIDING3B, SLIDING4],
+    ids=["depth3-two-at-once", "depth3-slides-twice", "depth4-three-at-once"],
+)
+def test_energy_identity_and_balance_with_sliding(problem):
+    params, X, Y = teacher_problem(**problem)
+    ts = np.linspace(0.0, 5.0, 21)
+    res = filippov_flow(params, X, Y, t1=5.0, t_eval=ts)
+    kinds = [e.kind for e in res.events]
+    assert kinds.count("slide_start") >= 3 and "slide_end" in kinds and "cross" in kinds
+    if problem is SLIDING3:
+        assert most_sliding_at_once(res.events) >= 2 and len(res.sliding) == 3
+    if problem is SLIDING4:
+        assert most_sliding_at_once(res.events) >= 3
+    np.testing.assert_array_equal(res.ts, ts)
+    # L(0) − L(t) = ∫₀ᵗ ‖θ̇‖² at every save time, to the integrator's tolerance.
+    drop = res.initial_loss - res.losses
+    assert np.all(np.abs(drop - res.energies) <= 1e-9 * np.maximum(drop, 1e-14 * res.initial_loss))
+    assert res.energy_defect <= 1e-9
+    assert np.all(np.diff(res.losses) <= 0)
+    # ‖W_l[j,:]‖² − ‖W_{l+1}[:,j]‖² is conserved by every vertex field, hence by their hull.
+    assert balance_drift(params, res.params) <= 1e-9
+    # The sliding units stayed on their surfaces (no projection: the field is tangent).
+    assert res.drift <= 1e3 * (ATOL + RTOL * max(1.0, max(np.abs(W).max() for W in params)))
+
+
+@pytest.mark.parametrize("problem", [SLIDING3, SLIDING3B], ids=["two-at-once", "slides-twice"])
+def test_first_slide_where_scipy_flow_stops(problem):
+    """Up to the first sliding mode both integrate the same fields and events: scipy_flow
+    stops there with `slid=True`."""
+    params, X, Y = teacher_problem(**problem)
+    ref = scipy_flow(params, X, Y, t1=5.0)
+    assert ref.slid
+    past = filippov_flow(params, X, Y, t1=ref.t + 0.01)
+    first = next(e for e in past.events if e.kind == "slide_start")
+    assert abs(first.t - ref.t) <= 1e-9
+    res = filippov_flow(params, X, Y, t1=ref.t)
+    assert max_diff(res.params, ref.params) <= 1e-9
+    crossed = [(e.t, e.layer, e.neuron, e.point, e.side) for e in res.events if e.kind == "cross"]
+    assert len(crossed) == len(ref.crossings)
+    for a, b in zip(crossed, ref.crossings, strict=True):
+        assert a[1:] == b[1:] and abs(a[0] - b[0]) <= 1e-9
+
+
+@pytest.mark.parametrize("problem", [CROSSING2, CROSSING3], ids=["depth2", "depth3"])
+def test_agrees_with_scipy_flow_without_sliding(problem):
+    params, X, Y = teacher_problem(**problem)
+    ref = scipy_flow(params, X, Y, t1=5.0)
+    res = filippov_flow(params, X, Y, t1=5.0)
+    assert not ref.slid and len(ref.crossings) >= 5
+    assert all(e.kind == "cross" for e in res.events)
+    assert max_diff(res.params, ref.params) <= 1e-9
+    assert [(e.layer, e.neuron, e.point, e.side) for e in res.events] == [c[1:] for c in ref.crossings]
+    assert max(abs(e.t - c[0]) for e, c in zip(res.events, ref.crossings, strict=True)) <= 1e-9
+    assert res.energy_defect <= 1e-9
+
+
+def test_parked_unit_leaves_when_the_field_turns():
+    params, X, Y = teacher_problem(**PARKED3)
+    runs = [filippov_flow(params, X, Y, t1=5.0, rtol=r, atol=r / 100) for r in (1e-12, 1e-13)]
+    for res in runs:
+        fired = [(e.layer, e.neuron, e.point, e.kind, e.side) for e in res.events if abs(e.t - 2.0382086) < 1e-7]
+        assert fired == [(0, 0, 1, "cross", 1), (1, 1, 3, "cross", 1)]
+        assert res.energy_defect <= 1e-9
+    assert max_diff(runs[0].params, runs[1].params) <= 1e-9
+
+
+def test_weight_decay_energy_identity():
+    """With weight decay the flow is that of L + (λ/2)‖θ‖², and the balance quantities decay
+    like e^{−2λt}."""
+    params, X, Y = teacher_problem(**SLIDING3)
+    res = filippov_flow(params, X, Y, t1=2.0, weight_decay=0.05)
+    assert res.energy_defect <= 1e-9
+    assert balance_drift(params, res.params, weight_decay=0.05, t=2.0) <= 1e-9
+
+
+# --------------------------------------------------------------------------------------
+# Against gflow's depth-2 engine on the authors' data (README quickstart: seed 5 slides)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def authors_seed5():
+    import jax
+
+    import gflow
+    from gflow.theory import authors_data
+
+    X, Y = (np.asarray(a) for a in authors_data())
+    params = gflow.init_params(jax.random.PRNGKey(5), (2, 2, 2))
+    sol = gflow.simulate(params, X, Y, t1=1.0, rtol=1e-10, atol=1e-12)
+    return [np.asarray(W) for W in params], X, Y, sol
+
+
+def test_slide_against_gflow_depth2(authors_seed5):
+    params, X, Y, sol = authors_seed5
+    res = filippov_flow(params, X, Y, t1=1.0)
+    ours = [(e.kind, e.layer, e.neuron, e.point) for e in res.events]
+    theirs = [(r["kind"], r["layer"], r["neuron"], r["point"]) for r in sol.crossings.rows()]
+    assert ours == theirs == [("slide_start", 0, 0, 0), ("slide_end", 0, 0, 0)]
+    assert res.events[1].side == -1 == sol.crossings.rows()[1]["direction"]
+    for e, r in zip(res.events, sol.crossings.rows(), strict=True):
+        assert abs(e.t - r["t"]) <= 1e-7
+    assert max_diff(res.params, sol.params) <= 1e-7
+    assert res.energy_defect <= 1e-9
+
+
+# --------------------------------------------------------------------------------------
+# Inputs and limits
+# --------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_name_the_argument():
+    params, X, Y = teacher_problem(**CROSSING3)
+    with pytest.raises(ValueError, match="`t_eval`"):
+        filippov_flow(params, X, Y, t1=1.0, t_eval=[0.0, 2.0])
+    with pytest.raises(ValueError, match="`t_eval`"):
+        filippov_flow(params, X, Y, t1=1.0, t_eval=[0.5, 0.2])
+    with pytest.raises(ValueError, match="`max_sliding`"):
+        filippov_flow(params, X, Y, t1=1.0, max_sliding=-1)
+    with pytest.raises(ValueError, match=r"`params\[1\]`"):
+        filippov_flow([params[0], params[0]], X, Y, t1=1.0)
+    with pytest.raises(ValueError, match="`X`"):
+        filippov_flow(params, X[:, :2], Y, t1=1.0)
+    with pytest.raises(ValueError, match="`loss`"):
+        filippov_flow(params, X, Y, t1=1.0, loss="hinge")
+
+
+def test_units_cut_off_from_the_data_do_not_slide():
+    params, X, Y = teacher_problem(**CUT4)
+    assert sum(int(np.sum(P == 0)) for P in preactivations(params, X)) == 15
+    res = filippov_flow(params, X, Y, t1=1.0, max_sliding=2)
+    assert res.events == [] and res.sliding == []
+
+
+def test_sliding_limit_raises():
+    params, X, Y = teacher_problem(**SLIDING3)
+    with pytest.raises(RuntimeError, match="max_sliding=1"):
+        filippov_flow(params, X, Y, t1=0.2, max_sliding=1)
