@@ -5,7 +5,8 @@ Each function draws one panel on a given axis (or a new figure), takes plain arr
 
 - :func:`plot_cones`: the plane of first-layer weights with the cones ``D, S, S1, S2``;
 - :func:`plot_trajectory`: the same with ``w_j(t)`` of a solution and crossing markers;
-- :func:`plot_regions`: region timeline per neuron (sliding intervals hatched);
+- :func:`plot_regions`: region timeline per neuron in the same colours, with a legend
+  (sliding intervals hatched);
 - :func:`plot_loss_and_singular_values`: ``L(t)`` and ``σ_i(W(t))`` on log axes;
 - :func:`plot_histogram` (with intervals marked), and its uses :func:`plot_stable_rank`,
   :func:`plot_angles`, :func:`plot_sigma_ratio`;
@@ -15,6 +16,7 @@ Each function draws one panel on a given axis (or a new figure), takes plain arr
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.patches
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
@@ -161,49 +163,107 @@ def plot_trajectory(solution, X, ax=None, radius=None):
     return plot_cones(X, W, crossings=list(points), ax=ax, radius=radius)
 
 
-def _symlog(t):
-    return t if t < 1 else 1 + np.log10(t)
+def _region_style(label, others=None):
+    """Face colour, edge colour (also the hatch's) and hatch of a region label, the same in
+    every figure: a cone of SPEC §4 is filled with its colour (as in :func:`plot_cones`); a
+    sliding label ``"A|B"`` is filled with ``A``'s colour and hatched with ``B``'s edge
+    colour; ``"origin"`` (``w = 0``) is white, cross-hatched in dark grey. Other labels
+    (activation patterns outside the two-point setting) take the next light colour of ``tab20``
+    from ``others`` (a dict label → colour, filled in as labels come), hatched when a unit
+    slides (a ``"0"`` in the pattern)."""
+    parts = label.split("|")
+    if label == "origin":
+        return dict(facecolor="#ffffff", edgecolor="#525252", hatch="xx")
+    if label in _COLOURS:
+        return dict(facecolor=_COLOURS[label], edgecolor=_EDGE[label], hatch=None)
+    if len(parts) == 2 and all(q in _COLOURS for q in parts):
+        return dict(facecolor=_COLOURS[parts[0]], edgecolor=_EDGE[parts[1]], hatch="///")
+    others = {} if others is None else others
+    if label not in others:
+        others[label] = matplotlib.colormaps["tab20"]((2 * len(others) + 1) % 20)  # the light ones
+    return dict(facecolor=others[label], edgecolor="0.3", hatch="///" if "0" in label else None)
 
 
-def _symlog_inv(u):
-    return u if u < 1 else 10 ** (u - 1)
+def _legend_name(label):
+    if label == "origin":
+        return "origin ($w = 0$)"
+    if label.count("|") == 1:
+        return f"{label} (sliding)"
+    return label
 
 
-def plot_regions(solution, ax=None, layer=0):
+def _legend_order(label):
+    cones = ("D", "S", "S1", "S2")
+    if label in cones:
+        return (0, cones.index(label), label)
+    return (1 if "|" in label else 2 if label == "origin" else 3, 0, label)
+
+
+def plot_regions(solution, ax=None, layer=0, legend=True):
     """Region timeline: one bar per neuron, one segment per interval of
-    :meth:`gflow.Solution.regions`, coloured by cone (SPEC §4 names for the two-point
-    first layer) and hatched while the neuron slides on a kink.
+    :meth:`gflow.Solution.regions`, in the colours of :func:`plot_cones` (sliding
+    intervals hatched with the colour of the other side, ``origin`` cross-hatched) and a
+    legend of the regions shown; neuron ``j`` is named in the colour of its ``w_j(t)`` in
+    :func:`plot_trajectory`. A segment is labelled inside only where it spans at least
+    a fifth of the axis, so labels never overlap; short ones are read from the legend.
+
+    The time axis is symmetric-log: linear from 0 up to the decade of the first region
+    change, logarithmic beyond, to the end of the run (``solution.t``, stated in the axis
+    label), so that intervals of very different lengths all show.
 
     Arguments:
         solution: a single-trajectory :class:`gflow.Solution`.
         ax: a Matplotlib axis (a new figure if None).
         layer: hidden layer.
+        legend: draw the legend (outside the axis, on its right).
 
     Returns:
-        The axis. The time axis is symmetric-log (linear below ``t = 1``).
+        The axis.
     """
     solution = _single(solution)
     regions = solution.regions(layer)
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 0.6 + 0.5 * len(regions)))
+        _, ax = plt.subplots(figsize=(7, 1.2 + 0.5 * len(regions)))
     t_end = max(float(solution.t), 1e-12)
+    changes = [iv.t_start for nr in regions for iv in nr.intervals if iv.t_start > 0]
+    if changes:
+        linthresh = 10.0 ** np.floor(np.log10(max(min(changes), 1e-6 * t_end)))
+        ax.set_xscale("symlog", linthresh=linthresh, linscale=1.0)
+        decades = linthresh * 10.0 ** np.arange(int(np.floor(np.log10(t_end / linthresh) + 1e-9)) + 1)
+        stride = -(-len(decades) // 6)  # at most 6 decade ticks besides 0
+        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([0.0, *decades[::stride]]))
+        what = f"linear up to {linthresh:g}, log beyond"
+    else:
+        what = "linear"
+    ax.set_xlim(0, t_end)
+    scale = ax.xaxis.get_transform()  # data → scaled coordinates (log10 beyond linthresh)
+    u0, u1 = scale.transform([0.0, t_end])
+    others, shown = {}, {}
     for nr in regions:
         for iv in nr.intervals:
-            label = iv.label
-            parts = label.split("|")
-            sliding = len(parts) > 1
-            colour = _COLOURS.get(parts[0], "#ffffff")
+            style = _region_style(iv.label, others)
+            shown[iv.label] = style
             width = max(iv.t_end - iv.t_start, 0.0)
-            ax.barh(nr.neuron, width, left=iv.t_start, height=0.6, color=colour,
-                    edgecolor=_EDGE.get(parts[0], "k"), hatch="//" if sliding else None, lw=0.8)  # fmt: skip
-            mid = _symlog_inv((_symlog(iv.t_start) + _symlog(iv.t_end)) / 2)
-            ax.text(mid, nr.neuron, label, ha="center", va="center", fontsize=8)
-    ax.set_xscale("symlog", linthresh=1.0)
-    ax.set_xlim(0, t_end)
+            bar = ax.barh(nr.neuron, width, left=iv.t_start, height=0.6, lw=0.8, **style)
+            bar.patches[0].set_gid(f"region:{iv.label}")
+            a, b = scale.transform([iv.t_start, min(iv.t_end, t_end)])
+            if (b - a) >= 0.2 * (u1 - u0):
+                mid = scale.inverted().transform([(a + b) / 2])[0]
+                ax.text(mid, nr.neuron, iv.label, ha="center", va="center", fontsize=8,
+                        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8))  # fmt: skip
     ax.set_yticks(range(len(regions)), [f"neuron {nr.neuron + 1}" for nr in regions])
-    ax.invert_yaxis()
-    ax.set_xlabel("t (linear below 1, log above)")
-    ax.set_title("region of each neuron (hatched: sliding on a kink)")
+    for label, nr in zip(ax.get_yticklabels(), regions):  # the colours of w_j(t) in plot_trajectory
+        label.set_color(_NEURON_COLOURS[nr.neuron % len(_NEURON_COLOURS)])
+    ax.set_ylim(len(regions) - 0.5, -0.5)  # neuron 1 on top
+    ax.set_xlabel(f"t ({what}; the run ends at t = {t_end:g})")
+    ax.set_title("region of each neuron over time")
+    if legend and shown:
+        handles = [
+            matplotlib.patches.Patch(label=_legend_name(k), lw=0.8, **shown[k])
+            for k in sorted(shown, key=_legend_order)
+        ]
+        ax.legend(handles=handles, title="region", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                  fontsize=8, title_fontsize=8, handlelength=2.2, handleheight=1.2)  # fmt: skip
     return ax
 
 
