@@ -54,7 +54,7 @@ def demo(
     import matplotlib.pyplot as plt
 
     import gflow
-    from gflow.plot import plot_cones
+    from gflow.plot import plot_regions, plot_trajectory
     from gflow.theory import authors_data, stable_rank
 
     console = Console()
@@ -91,24 +91,22 @@ def demo(
         table.add_row("converged runs with stable rank < 1.1", f"{np.sum(srank[converged] < 1.1)}")
     console.print(table)
 
-    # One trajectory with crossings, drawn over the cones.
+    # The run with the most events, re-integrated over the whole [0, t1] with saved states
+    # (geometric save times, so the start is resolved), drawn over the cones and as a region
+    # timeline in the same colours (gflow.plot).
     example = int(np.argmax(np.concatenate([p.crossings.count for p in parts])))
-    ts = np.linspace(0.0, min(t1, 20.0), 400)
-    one = gflow.simulate([W[example] for W in params], X, Y, t1=float(ts[-1]), rtol=rtol, atol=atol, saveat=ts)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    plot_cones(X, one.ys[0], ax=axes[0])
-    axes[0].set_title(f"seed {example}: first-layer weights $w_j(t)$")
-    for nr in one.regions(0):
-        for iv in nr.intervals:
-            axes[1].barh(nr.neuron, iv.t_end - iv.t_start, left=iv.t_start, height=0.6)
-            axes[1].text((iv.t_start + iv.t_end) / 2, nr.neuron, iv.label, ha="center", va="center", fontsize=8)
-    axes[1].set_yticks(range(2), ["neuron 1", "neuron 2"])
-    axes[1].set_xlabel("t")
-    axes[1].set_title("regions over time")
+    ts = np.concatenate([[0.0], np.geomspace(min(1e-3, t1 / 2), t1, 599)]) if t1 > 0 else np.zeros(2)
+    one = gflow.simulate([W[example] for W in params], X, Y, t1=t1, rtol=rtol, atol=atol, saveat=ts)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), width_ratios=(1, 1.25))
+    plot_trajectory(one, X, ax=axes[0])
+    axes[0].set_title(f"seed {example}: first-layer weights $w_j(t)$, $0 \\leq t \\leq {t1:g}$\n"
+                      "(o: start, *: end, x: kink events)", fontsize=10)  # fmt: skip
+    plot_regions(one, ax=axes[1])
+    axes[1].set_title(f"seed {example}: region of each neuron over time", fontsize=10)
     out.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     figure = out / "demo.png"
-    fig.savefig(figure, dpi=120)
+    fig.savefig(figure, dpi=110)
     record = dict(
         config=dict(seeds=seeds, t1=t1, rtol=rtol, atol=atol, init="xavier_normal", key=0, data="authors"),
         versions=dict(gflow=gflow.__version__, jax=jax.__version__),
