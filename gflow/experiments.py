@@ -873,8 +873,8 @@ def save_figures(result: dict, folder, index: int | None = None) -> list[Path]:
     name, a = result["name"], result["arrays"]
     paths = []
 
-    def save(fig, stem):
-        fig.tight_layout()
+    def save(fig, stem, **layout):
+        fig.tight_layout(**layout)
         path = folder / f"{stem}.png"
         fig.savefig(path, dpi=120)
         paths.append(path)
@@ -884,6 +884,9 @@ def save_figures(result: dict, folder, index: int | None = None) -> list[Path]:
         W, _ = theory.theorem1_solution(X, Y, c=0.7)
         fig, axes = subplots(1, 2, figsize=(11, 5))
         plot.plot_cones(X, ax=axes[0], radius=1.6)
+        for text in axes[0].texts:  # the cones' names off the line of w_1, w_2
+            if text.get_text() in ("S1", "S2"):
+                text.set_y(text.get_position()[1] - 0.45)
         axes[0].plot([-1.6 * W[0, 0], 1.6 * W[0, 0]], [-1.6 * W[0, 1], 1.6 * W[0, 1]], "k:", lw=1)
         for j, colour in enumerate(("#08519c", "#a50f15")):
             axes[0].annotate("", xy=W[j], xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", lw=2.2, color=colour))
@@ -894,6 +897,7 @@ def save_figures(result: dict, folder, index: int | None = None) -> list[Path]:
             ax=axes[1],
             xlabel=r"$\log_{10} \max_i \|N(x_i) - y_i\|$ (exact zeros at $-20$)",
         )
+        axes[1].set_ylabel("data sets")
         axes[1].set_title(f"{len(a['residual'])} random data sets: residuals of the rank-1 networks")
         save(fig, "thm1")
         return paths
@@ -938,7 +942,11 @@ def save_figures(result: dict, folder, index: int | None = None) -> list[Path]:
             ax.set_title(rf"$\theta_x$ = {np.degrees(t):.0f}°: S1×S2 starts ({int(m.sum())})", fontsize=9)
         for ax in list(axes.flat)[th.size :]:
             ax.axis("off")
-        save(fig, "thm3_angles")
+        handles, labels = axes.flat[0].get_legend_handles_labels()  # one legend for all panels
+        for ax in list(axes.flat)[: th.size]:
+            ax.get_legend().remove()
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+        save(fig, "thm3_angles", rect=(0, 0.4 / (3.4 * rows), 1, 1))
     elif name == "authors":
         kept = a["kept"]
         fig, axes = subplots(1, 3, figsize=(15, 4))

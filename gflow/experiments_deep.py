@@ -447,6 +447,7 @@ def save_figures(result: dict, folder) -> list[Path]:
     at the end, one panel per depth; ``thm5_time.png``: average ratio and normalised margin
     against ``t`` (log scale) per depth.
     """
+    from matplotlib import colormaps
     from matplotlib.figure import Figure
 
     name, a, cfg = result["name"], result["arrays"], result["config"]
@@ -482,11 +483,12 @@ def save_figures(result: dict, folder) -> list[Path]:
     ax.set_title(f"Theorem {name[-1]} ({what}); width {cfg['width']}")
     ax.legend(fontsize=8)
     sweep = (a["depth"] == cfg["sweep_depth"]) & fit
-    ax2.plot(a["width"][sweep], mean_r[sweep], "o", color="#e6550d", alpha=0.7)
+    ax2.plot(a["width"][sweep], mean_r[sweep], "o", color="#e6550d", alpha=0.7, label="runs (end point)")
     ax2.axhline(bound_fn(2, max(cfg["sweep_depth"], 3), B), color="k", ls="--", label="bound")
     if sweep.any():
         ax2.set_xscale("log", base=2)
     ax2.set_xlabel("width")
+    ax2.set_ylabel(ax.get_ylabel())
     ax2.set_title(f"width sweep at depth {cfg['sweep_depth']}")
     ax2.legend(fontsize=8)
     save(fig, f"{name}_depth")
@@ -504,20 +506,21 @@ def save_figures(result: dict, folder) -> list[Path]:
         for j in range(d):
             sv = a["singular_values"][b, j]
             sv = sv[np.isfinite(sv)]
-            ax.semilogy(np.arange(1, sv.size + 1), np.maximum(sv, 1e-16), "o-", ms=3, lw=1, label=f"W{j + 1}")
+            colour = colormaps["viridis"](0.9 * j / max(d - 1, 1))  # first layer dark, last light
+            ax.semilogy(np.arange(1, sv.size + 1), np.maximum(sv, 1e-16), "o-", ms=3, lw=1, color=colour)
         ax.set_title(f"k' = {d}, run {int(a['run'][b])}", fontsize=9)
         ax.set_xlabel("index", fontsize=8)
     for ax in axes[depths.size :]:
         ax.axis("off")
     axes[0].set_ylabel("singular values")
+    fig.suptitle(r"singular values of each layer at the end, one run per depth (colour: layer, $W_1$ dark "
+                 r"$\to$ $W_{k'}$ light)", fontsize=10)  # fmt: skip
     save(fig, f"{name}_spectra")
 
     if name == "thm5":
         ts = np.asarray(result["ts"])
         fig = Figure(figsize=(11, 4.2))
         ax, ax2 = fig.subplots(1, 2)
-        from matplotlib import colormaps
-
         colours = colormaps["viridis"](np.linspace(0, 1, depths.size))
         for d, c in zip(depths, colours):
             m = on_depth & (a["depth"] == d)
@@ -525,7 +528,7 @@ def save_figures(result: dict, folder) -> list[Path]:
                 continue
             ax.semilogx(ts, np.nanmedian(a["mean_r_t"][m], axis=0), color=c, label=f"k' = {d}")
             ax2.semilogx(ts, np.nanmedian(a["margin_t"][m], axis=0), color=c)
-        ax.axhline(1 / np.sqrt(2), color="grey", lw=0.8, ls=":")
+        ax.axhline(1 / np.sqrt(2), color="grey", lw=0.8, ls=":", label="limit k' → ∞")
         ax.set_xlabel("t")
         ax.set_ylabel("average ratio (median over runs)")
         ax.legend(fontsize=7, ncol=2)
