@@ -6,11 +6,15 @@ files run side by side: on 2 cores two at a time took 1,072-1,084 s for the suit
 one after the other took about 1,440 s (2026-12-01). The slowest files start first; each file's output is printed when it ends, and the exit
 status is 1 if any file failed (every file still runs).
 
-    python tests/run.py [--jobs N] [pytest files...]
+``--quick`` runs only the tests marked ``@pytest.mark.quick`` (``pytest -m quick``), the
+fast tier to run while developing; files with no such test are not started.
+
+    python tests/run.py [--quick] [--jobs N] [pytest files...]
 """
 
 import argparse
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -39,16 +43,32 @@ def _ordered(files):
     return sorted(files, key=lambda f: (rank.get(f.name, len(rank)), -f.stat().st_size))
 
 
-def _run(path):
+QUICK = "quick"  # the marker of the fast tier (pyproject.toml)
+_NO_TESTS = 5  # pytest's exit status when it collected no test
+
+
+# A line that marks a test, a parametrization or the whole file quick.
+_MARKS_QUICK = re.compile(
+    rf"^\s*(@pytest\.mark\.{QUICK}\b|pytestmark\b.*\bmark\.{QUICK}\b|.*marks=.*\bmark\.{QUICK}\b)", re.M
+)
+
+
+def _has_quick_tests(path):
+    """Whether a file marks any test quick (read, not imported: starting pytest on a file
+    costs seconds of imports)."""
+    return _MARKS_QUICK.search(path.read_text(encoding="utf-8")) is not None
+
+
+def _run(path, quick=False):
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", str(path)],
+        [sys.executable, "-m", "pytest", "-q", *(["-m", QUICK] if quick else []), str(path)],
         cwd=TESTS.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     elapsed = time.perf_counter() - start
     print(f"===== {os.path.relpath(path, TESTS.parent)}: exit {proc.returncode}, {elapsed:.0f} s =====")
     print(proc.stdout, flush=True)
-    return proc.returncode
+    return 0 if quick and proc.returncode == _NO_TESTS else proc.returncode
 
 
 def _default_jobs():
@@ -71,6 +91,7 @@ def main(argv=None):
         default=_default_jobs(),
         help="test files at once (default: CPU cores, at most one per 6 GiB)",
     )
+    parser.add_argument("--quick", action="store_true", help="only the tests marked quick (pytest -m quick)")
     parser.add_argument("files", nargs="*", type=Path, help="test files (default: tests/test_*.py)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -80,11 +101,17 @@ def main(argv=None):
     if missing:
         parser.error(f"no such test file: {', '.join(missing)}")
     files = _ordered(files)
+    skipped = []
+    if args.quick:
+        skipped = [f.name for f in files if not _has_quick_tests(f)]
+        files = [f for f in files if _has_quick_tests(f)]
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        codes = list(pool.map(_run, files))
+        codes = list(pool.map(lambda f: _run(f, args.quick), files))
     failed = [f.name for f, code in zip(files, codes) if code != 0]
     summary = f"{len(files) - len(failed)} of {len(files)} test files passed in {time.perf_counter() - start:.0f} s"
+    if args.quick:
+        summary = f"quick tier: {summary}, {len(skipped)} without quick tests not started"
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
     summary += f" (largest file process: {peak:.1f} GiB resident at its peak)"
     print(summary + (f"; failed: {', '.join(failed)}" if failed else ""))

@@ -30,3 +30,27 @@ def test_bad_arguments_are_named():
     assert (
         missing.returncode == 2 and "no such test file" in missing.stderr and "test_nothing_here.py" in missing.stderr
     )
+
+
+def test_quick_runs_only_the_marked_tests_and_starts_no_file_without_one(tmp_path):
+    (tmp_path / "test_marked.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.quick\ndef test_quick():\n    assert 1 + 1 == 2\n\n"
+        "def test_slow_and_failing():\n    assert 1 + 1 == 3\n"
+    )
+    (tmp_path / "test_unmarked.py").write_text("def test_fails():\n    assert 1 + 1 == 3\n")
+    # Marks no test quick (a helper): started, collects nothing (pytest exit 5), counts as passed.
+    (tmp_path / "test_helper.py").write_text(
+        "import pytest\n\n@pytest.mark.quick\ndef helper():\n    pass\n\ndef test_fails():\n    assert 1 + 1 == 3\n"
+    )
+    files = [tmp_path / name for name in ("test_marked.py", "test_unmarked.py", "test_helper.py")]
+    quick = _run("--quick", "--jobs", 2, *files)
+    assert quick.returncode == 0, quick.stdout
+    assert "1 passed, 1 deselected" in quick.stdout and "failed" not in quick.stdout
+    assert "test_unmarked.py" not in quick.stdout  # not started
+    assert "test_helper.py: exit 5" in quick.stdout
+    assert (
+        "quick tier: 2 of 2 test files passed" in quick.stdout and "1 without quick tests not started" in quick.stdout
+    )
+    full = _run(tmp_path / "test_marked.py")  # without --quick, every test runs
+    assert full.returncode == 1 and "1 failed, 1 passed" in full.stdout
