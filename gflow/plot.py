@@ -268,7 +268,8 @@ def plot_regions(solution, ax=None, layer=0, legend=True):
 
 
 def plot_loss_and_singular_values(solution, X, Y, axes=None):
-    """``L(t)`` and the singular values of ``W(t)`` (first layer) against ``t``, log axes.
+    """``L(t)`` and the singular values of ``W(t)`` (first layer) against ``t``, log axes,
+    with the kink events as dotted vertical lines.
 
     Arguments:
         solution: a single-trajectory 2-layer :class:`gflow.Solution` with saved states.
@@ -302,12 +303,14 @@ def plot_loss_and_singular_values(solution, X, Y, axes=None):
         ax_s.loglog(ts, np.maximum(sv[:, k], 1e-300), label=rf"$\sigma_{k + 1}(W)$")
     ax_s.set_xlabel("t")
     ax_s.set_title("singular values of W")
-    ax_s.legend()
     cr = solution.crossings
-    for e in range(int(cr.count)):
-        if cr.t[e] > 0:
-            for ax in axes:
-                ax.axvline(float(cr.t[e]), color="crimson", lw=0.6, ls=":")
+    times = [float(cr.t[e]) for e in range(int(cr.count)) if cr.t[e] > 0]
+    for k, t in enumerate(times):
+        for ax in axes:
+            ax.axvline(t, color="crimson", lw=0.6, ls=":", label="kink events" if k == 0 else None)
+    if times:
+        ax_l.set_title("loss (dotted: kink events)")
+    ax_s.legend()
     return axes
 
 
