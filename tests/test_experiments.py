@@ -316,6 +316,23 @@ def test_cli_reproduce(tmp_path):
     assert res.exit_code == 0 and res.output.strip() == gflow.__version__
 
 
+def test_cli_demo_draws_the_whole_run(tmp_path, monkeypatch):
+    """`gflow demo`'s figure: gflow.plot's trajectory and timeline panels of one run over
+    the whole [0, t1] (chunks of CHUNK and 600 save times: the programs this file compiles)."""
+    drawn = {}
+    monkeypatch.setattr(plt.Figure, "savefig", lambda fig, path, **kw: drawn.update(fig=fig, path=path, **kw))
+    res = CliRunner(env={"COLUMNS": "200"}).invoke(
+        app, ["demo", "--seeds", str(CHUNK), "--chunk", str(CHUNK), "--out", str(tmp_path / "demo")]
+    )
+    assert res.exit_code == 0, res.output
+    assert drawn["path"] == tmp_path / "demo" / "demo.png" and (tmp_path / "demo" / "demo.json").exists()
+    cones, timeline = drawn["fig"].axes[:2]
+    assert timeline.get_xlim() == (0.0, 150.0) and "the run ends at t = 150" in timeline.get_xlabel()
+    assert r"0 \leq t \leq 150" in cones.get_title()
+    assert timeline.get_legend() is not None and len(timeline.patches) >= 2
+    plt.close(drawn["fig"])
+
+
 # ---- the notebook ---------------------------------------------------------------------------
 def test_notebook_runs(notebook):
     proc, cwd = notebook
