@@ -62,7 +62,11 @@ def _random_problem(seed, widths, n):
 
 @pytest.mark.parametrize(
     "widths, n, t1, loss",
-    [((3, 3, 2), 4, 4.0, "square"), ((3, 3, 3, 2), 4, 2.0, "square"), ((3, 4, 1), 5, 6.0, "logistic")],
+    [
+        pytest.param((3, 3, 2), 4, 4.0, "square", marks=pytest.mark.quick),
+        ((3, 3, 3, 2), 4, 2.0, "square"),
+        ((3, 4, 1), 5, 6.0, "logistic"),
+    ],
 )
 def test_against_scipy(widths, n, t1, loss):
     """Crossing times and identities and final weights agree with an event-driven
@@ -255,6 +259,7 @@ def test_loss_monotone_dead_frozen_and_batch_equals_single(authors, authors_xavi
         assert np.allclose(one.crossings.t, sol.crossings.t[b, : one.crossings.count], rtol=0, atol=1e-12)
 
 
+@pytest.mark.quick
 def test_status_codes_and_one_failing_member(authors, authors_xavier):
     X, Y = authors
     params = [W[:4].copy() for W in authors_xavier]

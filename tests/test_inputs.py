@@ -5,6 +5,8 @@ import pytest
 
 import gflow
 
+pytestmark = pytest.mark.quick  # the whole file is in the fast tier (tests/run.py --quick)
+
 X = np.array([[1.0, 0.0], [0.0, 1.0]])
 Y = np.eye(2)
 P = [np.array([[0.5, 0.1], [-0.2, 0.4]]), np.array([[0.3, 0.0], [0.1, 0.2]])]

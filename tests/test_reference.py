@@ -19,6 +19,8 @@ from gflow.reference import (
     scipy_flow,
 )
 
+pytestmark = pytest.mark.quick  # the whole file is in the fast tier (tests/run.py --quick)
+
 RTOL, ATOL = 1e-12, 1e-14  # scipy_flow's default tolerances
 
 

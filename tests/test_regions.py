@@ -6,6 +6,8 @@ import pytest
 import gflow
 from gflow.regions import two_point_name, unit_gaps
 
+pytestmark = pytest.mark.quick  # the whole file is in the fast tier (tests/run.py --quick)
+
 TIGHT = dict(rtol=1e-12, atol=1e-14)
 
 

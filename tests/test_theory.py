@@ -38,6 +38,8 @@ from gflow.theory import (
     theorem3_norm_interval,
 )
 
+pytestmark = pytest.mark.quick  # the whole file is in the fast tier (tests/run.py --quick)
+
 AUTHORS_THETA = np.arccos(-(1 - 0.99**2) / (1 + 0.99**2))
 
 

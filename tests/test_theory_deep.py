@@ -31,6 +31,8 @@ from gflow.theory import (
     theorem5_norm_sq,
 )
 
+pytestmark = pytest.mark.quick  # the whole file is in the fast tier (tests/run.py --quick)
+
 SHALLOW = [(3, 1), (3, 4, 1), (5, 6, 4, 1), (2, 2, 2, 2, 1)]
 EXTRA_DEPTH = [1, 2, 5, 17]
 
