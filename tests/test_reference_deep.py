@@ -232,6 +232,48 @@ def test_slide_against_gflow_depth2(authors_seed5):
 
 
 # --------------------------------------------------------------------------------------
+# Against gflow's deep engine where three or more units slide at once (issue 26, item 3;
+# the full comparison, 30+ problems of depth 3 and 4, is `python -m benchmarks.filippov`)
+# --------------------------------------------------------------------------------------
+
+# Depth 3, 5 points, t1 = 5: seeds on which filippov_flow has >= 3 units sliding at once.
+# Seed 53 (same shape) is left out: gflow and the reference part at t = 0.0547650, where
+# units (1, 2, 2) and (1, 2, 4) reach their common surface together (at both points only
+# first-layer neuron 1 is active, so both pre-activations are positive multiples of
+# W_2[2, 1]); see benchmarks/README.md, `filippov`.
+MANY_AT_ONCE3 = dict(widths=(3, 4, 4, 1), n=5, seeds=(9, 30, 127, 149))
+
+
+def test_deep_engine_against_filippov_flow_with_three_sliding_at_once():
+    """One simulate_batch over the problems (one compile): final weights and the times of
+    every crossing, slide start and slide end within 1e-6 of filippov_flow, the same events
+    on both sides, and the energy identity."""
+    import gflow
+
+    widths, n, seeds = MANY_AT_ONCE3["widths"], MANY_AT_ONCE3["n"], MANY_AT_ONCE3["seeds"]
+    problems = [teacher_problem(seed, widths, n) for seed in seeds]
+    stacked = [np.stack([p[0][i] for p in problems]) for i in range(len(widths) - 1)]
+    X, Y = np.stack([p[1] for p in problems]), np.stack([p[2] for p in problems])
+    sol = gflow.simulate_batch(stacked, X, Y, t1=5.0, rtol=1e-10, atol=1e-12, max_sliding=10)
+    keyed = ("cross", "slide_start", "slide_end")  # gflow's touch/repel/cut have no counterpart
+    for b, (seed, (params, Xb, Yb)) in enumerate(zip(seeds, problems, strict=True)):
+        ref = filippov_flow(params, Xb, Yb, t1=5.0, max_sliding=10)
+        assert most_sliding_at_once(ref.events) >= 3, seed
+        member = sol[b]
+        assert member.status == gflow.Status.REACHED_T1, seed
+        assert max_diff(member.params, ref.params) <= 1e-6, seed
+        ours = sorted(
+            ((r["layer"], r["neuron"], r["point"], r["kind"], r["direction"]), r["t"])
+            for r in member.crossings.rows()
+            if r["kind"] in keyed
+        )
+        theirs = sorted(((e.layer, e.neuron, e.point, e.kind, e.side), e.t) for e in ref.events)
+        assert [k for k, _ in ours] == [k for k, _ in theirs], seed
+        assert max(abs(a[1] - b[1]) for a, b in zip(ours, theirs, strict=True)) <= 1e-6, seed
+        assert member.energy_defect <= 1e-8, seed
+
+
+# --------------------------------------------------------------------------------------
 # Inputs and limits
 # --------------------------------------------------------------------------------------
 

@@ -1,0 +1,257 @@
+"""gflow's deep engine against an independent Filippov flow, where several units slide at once.
+
+Issue 26, item 3: on random depth-3 and depth-4 problems in which at least three units
+slide at once, gflow must agree with `gflow.reference.filippov_flow` (event-driven SciPy
+DOP853 at rtol 1e-12, atol 1e-14, whose sliding velocity is the min-norm point of the hull
+of the `2^K` one-sided gradients, found by Wolfe's algorithm in NumPy; it shares no code
+with the engine) to 1e-6 in the final weights and in the crossing times.
+
+**Problems.** `teacher_problem(seed, widths, n)` (as in `tests/test_reference_deep.py`):
+He-scaled weights times 0.6, Gaussian inputs, targets of a random teacher of the same
+shape; square loss. `PROBLEMS` lists the seeds, per shape, on which the reference meets at
+least three units sliding at once before `t1 = 5`: all such seeds among 0–374 of each shape
+(scanned with the reference alone on 2026-12-03), except those on which the reference took
+over 25 s (9 of depth 3, 14 of depth 4) or met more than 10 units on their surfaces at once
+(17 of depth 4; it raises). 10 problems of depth 3 (widths 3-4-4-1, 5 points) and 23 of
+depth 4 (3-5-5-5-1, 6 points).
+
+**What it measures.** For each shape, one `gflow.simulate_batch` call over all its
+problems (params, `X`, `Y` stacked on a leading batch axis: one compiled program per
+shape) at `--rtol`/`--atol` (default 1e-10/1e-12), timed once with compilation and once
+more without; then `filippov_flow` on each problem, each call timed. Per problem and
+overall:
+
+- `dtheta`: the largest `|Δθ|` of the final weights;
+- events: gflow's `cross`, `slide_start` and `slide_end` records are matched to the
+  reference's events by `(layer, neuron, point, kind, side)` (gflow's `direction` is the
+  reference's `side`), the `i`-th of a key on one side with the `i`-th on the other;
+  `dt_events` is the largest time difference of a matched pair, and the unmatched events
+  of either side are listed (gflow's `touch`, `repel` and `cut` records have no
+  counterpart and are left out);
+- `first_difference`: the earliest event that is unmatched or whose matched time differs
+  by more than `--tol`, with the events of both sides within 1e-3 of it;
+- the most units sliding at once (replayed from either side's events), gflow's status,
+  `energy_defect` (`Solution.energy_defect`; the reference's too) and the largest mode
+  gap at the end (`Solution.mode_gaps(X)`);
+- wall times: gflow's batch (with and without compilation) per problem, the reference's
+  per problem, and their ratio.
+
+`--tight RTOL,ATOL` repeats gflow at tighter tolerances (a second compile per shape) and
+reports its `dtheta` and `dt_events` too, to tell a tolerance-limited difference from a
+different trajectory.
+
+Run: `python -m benchmarks.filippov [--shapes depth3,depth4] [--rtol 1e-10 --atol 1e-12]
+[--tight 1e-12,1e-14] [--max-problems N] [--out benchmarks/results/filippov.json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from ._machine import describe, machine_info, save_record
+
+# shape name -> (widths, n, t1, seeds): seeds on which filippov_flow meets >= 3 units
+# sliding at once before t1.
+PROBLEMS = {
+    "depth3": ((3, 4, 4, 1), 5, 5.0, (9, 30, 53, 127, 149, 198, 290, 296, 304, 333)),
+    "depth4": (
+        (3, 5, 5, 5, 1),
+        6,
+        5.0,
+        (9, 13, 16, 17, 44, 50, 86, 87, 101, 118, 134, 149, 156, 163, 210, 219, 234, 304, 307, 312, 330, 352, 370),
+    ),
+}
+MAX_SLIDING = 10  # both sides: the reference's default (each of its fields costs 2^K passes)
+KEYED = ("cross", "slide_start", "slide_end")
+
+
+def teacher_problem(seed, widths, n, scale=0.6):
+    """Random He-scaled weights (times `scale`), Gaussian inputs, targets from a random teacher."""
+    rng = np.random.default_rng(seed)
+    pairs = list(zip(widths[:-1], widths[1:], strict=True))
+    params = [rng.normal(size=(b, a)) * scale * np.sqrt(2 / a) for a, b in pairs]
+    X = rng.normal(size=(n, widths[0]))
+    teacher = [rng.normal(size=(b, a)) / np.sqrt(a) for a, b in pairs]
+    h = X
+    for W in teacher[:-1]:
+        h = np.maximum(h @ W.T, 0.0)
+    return params, X, h @ teacher[-1].T
+
+
+def most_at_once(events):
+    """The largest number of units sliding together, replayed from `(t, layer, neuron,
+    point, kind, side)` tuples in time order."""
+    sliding, most = set(), 0
+    for _, layer, neuron, point, kind, _ in events:
+        if kind == "slide_start":
+            sliding.add((layer, neuron, point))
+        elif kind == "slide_end":
+            sliding.discard((layer, neuron, point))
+        most = max(most, len(sliding))
+    return most
+
+
+def match_events(ours, ref):
+    """Pair the `(t, layer, neuron, point, kind, side)` tuples of both sides by key in time
+    order. Returns `(pairs, unmatched_ours, unmatched_ref)`, `pairs` as `(ours, ref)`."""
+    pairs, left, right = [], [], []
+    keys = {e[1:] for e in ours} | {e[1:] for e in ref}
+    for key in keys:
+        a = [e for e in ours if e[1:] == key]
+        b = [e for e in ref if e[1:] == key]
+        pairs += list(zip(a, b))
+        left += a[len(b) :]
+        right += b[len(a) :]
+    by_t = lambda e: e[0]
+    return sorted(pairs, key=lambda p: p[1][0]), sorted(left, key=by_t), sorted(right, key=by_t)
+
+
+def compare(ours, ref, tol):
+    """Matched time difference, unmatched events and the first difference of two event lists."""
+    pairs, left, right = match_events(ours, ref)
+    dt = max((abs(a[0] - b[0]) for a, b in pairs), default=0.0)
+    suspects = [(b[0], "time", a, b) for a, b in pairs if abs(a[0] - b[0]) > tol]
+    suspects += [(e[0], "gflow only", e, None) for e in left] + [(e[0], "reference only", None, e) for e in right]
+    first = None
+    if suspects:
+        t, what, a, b = min(suspects, key=lambda s: s[0])
+        near = lambda evs: [list(e) for e in evs if abs(e[0] - t) <= 1e-3]
+        first = dict(t=t, what=what, gflow=a and list(a), reference=b and list(b), gflow_near=near(ours),
+                     reference_near=near(ref))  # fmt: skip
+    return dict(matched=len(pairs), dt_events=dt, unmatched_gflow=[list(e) for e in left],
+                unmatched_reference=[list(e) for e in right], first_difference=first)  # fmt: skip
+
+
+def gflow_events(sol_b):
+    """gflow's cross / slide_start / slide_end records of one member, as tuples."""
+    rows = sol_b.crossings.rows()
+    return [
+        (r["t"], r["layer"], r["neuron"], r["point"], r["kind"], r["direction"]) for r in rows if r["kind"] in KEYED
+    ]
+
+
+def run_gflow(problems, t1, rtol, atol):
+    """One simulate_batch over the problems, timed with and without compilation."""
+    import gflow
+
+    stack = lambda arrays: np.stack(arrays)
+    params = [stack([p[0][i] for p in problems]) for i in range(len(problems[0][0]))]
+    X, Y = stack([p[1] for p in problems]), stack([p[2] for p in problems])
+    kw = dict(t1=t1, rtol=rtol, atol=atol, max_sliding=MAX_SLIDING)
+    t = time.perf_counter()
+    gflow.simulate_batch(params, X, Y, **kw)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    sol = gflow.simulate_batch(params, X, Y, **kw)
+    return sol, first, time.perf_counter() - t
+
+
+def run_shape(name, seeds, rtol, atol, tight, tol):
+    import gflow
+    from gflow.reference import filippov_flow
+
+    widths, n, t1, _ = PROBLEMS[name]
+    problems = [teacher_problem(seed, widths, n) for seed in seeds]
+    sol, gflow_first, gflow_wall = run_gflow(problems, t1, rtol, atol)
+    sol_tight = run_gflow(problems, t1, *tight)[0] if tight else None
+    rows = []
+    for b, (seed, (params, X, Y)) in enumerate(zip(seeds, problems, strict=True)):
+        t = time.perf_counter()
+        ref = filippov_flow(params, X, Y, t1=t1, max_sliding=MAX_SLIDING)
+        ref_wall = time.perf_counter() - t
+        theirs = [(e.t, e.layer, e.neuron, e.point, e.kind, e.side) for e in ref.events]
+        sb = sol[b]
+        ours = gflow_events(sb)
+        row = dict(
+            shape=name, widths=widths, n=n, seed=seed, t1=t1, status=gflow.Status(int(sol.status[b])).name,
+            t=float(sb.t), dtheta=max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(sb.params, ref.params)),
+            **compare(ours, theirs, tol), events_gflow=len(ours), events_reference=len(theirs),
+            kinds_gflow={k: [r["kind"] for r in sb.crossings.rows()].count(k) for k in
+                         ("cross", "slide_start", "slide_end", "touch", "repel", "cut")},
+            most_sliding_reference=most_at_once(theirs), most_sliding_gflow=most_at_once(ours),
+            energy_defect=float(sb.energy_defect), energy_defect_reference=float(ref.energy_defect),
+            mode_gap=float(np.max(sb.mode_gaps(X))), drift_reference=float(ref.drift),
+            iterations=int(sb.stats["num_iterations"]), reference_nfev=int(ref.nfev),
+            wall_reference_s=ref_wall, events=dict(gflow=[list(e) for e in ours], reference=[list(e) for e in theirs]),
+        )  # fmt: skip
+        if sol_tight is not None:
+            st = sol_tight[b]
+            row["dtheta_tight"] = max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(st.params, ref.params))
+            row["dt_events_tight"] = compare(gflow_events(st), theirs, tol)["dt_events"]
+        rows.append(row)
+    B = len(seeds)
+    batch = dict(shape=name, widths=widths, n=n, t1=t1, B=B, gflow_first_call_s=gflow_first, gflow_s=gflow_wall,
+                 gflow_per_problem_s=gflow_wall / B, reference_per_problem_s=sum(r["wall_reference_s"] for r in rows) / B)  # fmt: skip
+    batch["ratio"] = batch["reference_per_problem_s"] / batch["gflow_per_problem_s"]
+    return rows, batch
+
+
+def _fmt_event(e):
+    return "—" if e is None else f"t={e[0]:.9g} {tuple(e[1:4])} {e[4]} {e[5]:+d}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.filippov", description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", default=",".join(PROBLEMS), help=f"comma-separated, of {list(PROBLEMS)}")
+    parser.add_argument("--rtol", type=float, default=1e-10)
+    parser.add_argument("--atol", type=float, default=1e-12)
+    parser.add_argument("--tight", default="", help="RTOL,ATOL: gflow once more at these tolerances (default: not)")
+    parser.add_argument("--tol", type=float, default=1e-6, help="the target on weights and event times (1e-6)")
+    parser.add_argument("--max-problems", type=int, default=0, help="the first N seeds of each shape (0: all)")
+    parser.add_argument("--out", default="benchmarks/results/filippov.json")
+    args = parser.parse_args(argv)
+    import gflow  # noqa: F401  (float64)
+
+    tight = tuple(float(v) for v in args.tight.split(",")) if args.tight else None
+    machine = machine_info()
+    rows, batches = [], []
+    for name in args.shapes.split(","):
+        seeds = PROBLEMS[name][3][: args.max_problems or None]
+        r, b = run_shape(name, seeds, args.rtol, args.atol, tight, args.tol)
+        rows += r
+        batches.append(b)
+    print(f"gflow rtol {args.rtol:g}, atol {args.atol:g}" + (f" (and {tight[0]:g}, {tight[1]:g})" if tight else "")
+          + "; reference filippov_flow rtol 1e-12, atol 1e-14; target |Δθ|, |Δt| ≤ "
+          f"{args.tol:g}")  # fmt: skip
+    print(f"{'shape':7} {'seed':>4} {'status':11} {'|Δθ|':>8} {'|Δt| ev':>8} {'match':>5} {'unm g/r':>7} "
+          f"{'K max r/g':>9} {'E defect':>8} {'mode gap':>8}" + (f" {'|Δθ| tight':>10}" if tight else ""))  # fmt: skip
+    for r in rows:
+        ok = r["dtheta"] <= args.tol and r["dt_events"] <= args.tol and not r["first_difference"]
+        print(f"{r['shape']:7} {r['seed']:4d} {r['status']:11} {r['dtheta']:8.1e} {r['dt_events']:8.1e} "
+              f"{r['matched']:5d} {len(r['unmatched_gflow']):3d}/{len(r['unmatched_reference']):<3d} "
+              f"{r['most_sliding_reference']:4d}/{r['most_sliding_gflow']:<4d} {r['energy_defect']:8.1e} "
+              f"{r['mode_gap']:8.1e}" + (f" {r['dtheta_tight']:10.1e}" if tight else "") + ("" if ok else "  ✗"))  # fmt: skip
+    for r in rows:
+        f = r["first_difference"]
+        if f:
+            print(f"{r['shape']} seed {r['seed']}: first difference at t = {f['t']:.9g} ({f['what']}): "
+                  f"gflow {_fmt_event(f['gflow'])}, reference {_fmt_event(f['reference'])}")  # fmt: skip
+            print(f"    gflow near: {'; '.join(_fmt_event(e) for e in f['gflow_near']) or '—'}")
+            print(f"    reference near: {'; '.join(_fmt_event(e) for e in f['reference_near']) or '—'}")
+    for b in batches:
+        print(f"{b['shape']} ({b['B']} problems, one batch): gflow {b['gflow_first_call_s']:.1f} s with compilation, "
+              f"{b['gflow_s']:.2f} s without ({b['gflow_per_problem_s']:.3f} s per problem); reference "
+              f"{b['reference_per_problem_s']:.2f} s per problem; ratio {b['ratio']:.1f}×")  # fmt: skip
+    agree = [r for r in rows if r["dtheta"] <= args.tol and r["dt_events"] <= args.tol and not r["first_difference"]]
+    summary = dict(
+        problems=len(rows), agree=len(agree), disagree=[(r["shape"], r["seed"]) for r in rows if r not in agree],
+        dtheta_max=max(r["dtheta"] for r in rows), dt_events_max=max(r["dt_events"] for r in rows),
+        dtheta_max_agreeing=max((r["dtheta"] for r in agree), default=None),
+        dt_events_max_agreeing=max((r["dt_events"] for r in agree), default=None),
+        energy_defect_max=max(r["energy_defect"] for r in rows), mode_gap_max=max(r["mode_gap"] for r in rows),
+        most_sliding_min=min(r["most_sliding_reference"] for r in rows),
+    )  # fmt: skip
+    print(f"overall: {summary['agree']} of {summary['problems']} problems agree to {args.tol:g} "
+          f"(max |Δθ| {summary['dtheta_max']:.1e}, max |Δt| {summary['dt_events_max']:.1e}; over the agreeing ones "
+          f"{summary['dtheta_max_agreeing'] or 0:.1e}, {summary['dt_events_max_agreeing'] or 0:.1e}); energy defect "
+          f"≤ {summary['energy_defect_max']:.1e}; mode gap ≤ {summary['mode_gap_max']:.1e}; disagree: "
+          f"{summary['disagree']}")  # fmt: skip
+    print(describe(machine))
+    save_record(args.out, "filippov", vars(args), machine, dict(summary=summary, batches=batches, problems=rows))
+
+
+if __name__ == "__main__":
+    main()
