@@ -11,7 +11,9 @@ Reported: status, time reached, iterations (accepted / rejected), events by kind
 loss at the start and the end (gflow's, and NumPy's from ``gflow.reference`` for the same
 end point), the SPEC §3 drift, the units sliding at the end, the largest gap between a
 unit's final mode and its pre-activation (``Solution.mode_gaps``: round-off for an exact
-run; sliding units alone and all units), and the wall time of the
+run; sliding units alone and all units; and at 41 save times), the energy identity's
+relative defect ``|L(0) − L(t) − ∫‖θ̇‖²| / (L(0) − L(t))`` at the end and at the save
+times, the largest rise of the loss between save times, and the wall time of the
 one call (compilation included: a run this size compiles once). One run, no ratio: this
 is a capacity measurement, not a comparison.
 
@@ -49,11 +51,18 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000):
     from gflow.reference import balance_drift, loss_value
 
     params, X, Y = problem(depth, width, n)
+    ts = np.linspace(0.0, t1, 41)
     t = time.perf_counter()
-    sol = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=max_steps, max_sliding=max_sliding)
+    sol = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=max_steps, max_sliding=max_sliding, saveat=ts)
     wall = time.perf_counter() - t
     end = [np.asarray(W) for W in sol.params]
     gaps = sol.mode_gaps(X)
+    # Along the way: mode gaps and the energy identity at the save times reached.
+    reached = [i for i in range(len(ts)) if np.isfinite(sol.saved_energy[i])]
+    saved_gaps = [float(np.max(sol.mode_gaps(X, ts[i]))) for i in reached]
+    loss0 = loss_value(params, X, Y, "square")
+    saved_loss = np.array([loss_value([np.asarray(W[i]) for W in sol.ys], X, Y, "square") for i in reached])
+    saved_defect = np.abs(loss0 - saved_loss - sol.saved_energy[reached]) / np.maximum(loss0 - saved_loss, 1e-300)
     sliding = np.asarray(sol.final_modes) == gflow.events.SLIDING
     kinds = {}
     for r in sol.crossings.rows():
@@ -65,7 +74,9 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000):
         loss0=float(loss_value(params, X, Y, "square")), loss=float(sol.loss),
         loss_numpy=float(loss_value(end, X, Y, "square")), drift=balance_drift(params, end),
         sliding_at_end=int(np.sum(sliding)), gap_sliding=float(np.max(gaps[sliding], initial=0.0)),
-        gap_all=float(np.max(gaps)), wall_s=wall,
+        gap_all=float(np.max(gaps)), gap_saved_max=max(saved_gaps), energy_defect=float(sol.energy_defect),
+        energy_defect_saved_max=float(np.max(saved_defect)), loss_rise_max=float(np.max(np.diff(saved_loss), initial=0.0)),
+        saved_t=ts[reached].tolist(), saved_loss=saved_loss.tolist(), saved_gaps=saved_gaps, wall_s=wall,
     )  # fmt: skip
 
 
@@ -90,7 +101,10 @@ def main(argv=None):
           f"({s['num_accepted']} accepted, {s['num_rejected']} rejected); events {r['events']}")  # fmt: skip
     print(f"loss {r['loss0']:.4g} -> {r['loss']:.4g} (NumPy {r['loss_numpy']:.4g}); §3 drift {r['drift']:.1e}; "
           f"sliding at the end {r['sliding_at_end']}; wall {r['wall_s']:.1f} s (compilation included)")  # fmt: skip
-    print(f"largest mode gap at the end: sliding units {r['gap_sliding']:.1e}, all units {r['gap_all']:.1e}")
+    print(f"largest mode gap at the end: sliding units {r['gap_sliding']:.1e}, all units {r['gap_all']:.1e}; "
+          f"at the {len(r['saved_t'])} save times {r['gap_saved_max']:.1e}")  # fmt: skip
+    print(f"energy identity: relative defect {r['energy_defect']:.1e} at the end, {r['energy_defect_saved_max']:.1e} "
+          f"at most at the save times; largest loss rise between save times {r['loss_rise_max']:.1e}")  # fmt: skip
     print(describe(machine))
     save_record(args.out, "deep_scale", vars(args), machine, r)
 

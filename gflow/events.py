@@ -19,7 +19,9 @@ next (SPEC §2):
   included: by ``σ'(0) = 0`` a unit whose inactive field is tangent, such as a dying
   neuron, is inactive). Arrivals from the inactive side mirror this.
 - A sliding unit leaves when its control reaches 0 (to the inactive side) or 1 (to the
-  active side).
+  active side); in deep networks also when the joint controls at an event cannot hold it
+  (:meth:`System.release`) or when it drifts off its surface
+  (:func:`gflow.flow._held_guards`), each to the side its one-sided rates point to.
 - A neuron inactive on every point gets zero gradient on its incoming and outgoing
   weights, exactly (its slopes are 0). In the first layer its pre-activations are then
   constant and it never fires again (dead for good). In deeper layers its weights are
@@ -447,7 +449,9 @@ class System:
     @_traced_once()
     def guards(self, y, data, mode, control, n_sliding, chord=None):
         """The event guard of every unit (positive while its mode is valid), ``(P,)``,
-        and the sliding controls at ``y`` (``(P,)``, as :meth:`equivalent_control`)."""
+        the sliding controls at ``y`` (``(P,)``, as :meth:`equivalent_control`) and the
+        pre-activations ``(P,)`` (a sliding unit's own is its distance from its surface:
+        :func:`gflow.flow._held_guards`)."""
         # Exactly 0 above held units: their round-off never fakes a crossing above them.
         p = self.preacts(y, data, self.base_slopes(mode, control), held=True)
         g = jnp.where(mode == ACTIVE, p, -p)
@@ -459,7 +463,7 @@ class System:
         # dead neuron "revived" at t ≈ 56).
         g = jnp.where(self.dead_first_layer(mode), 1.0, g)
         _, c = self._controls(y, data, mode, control, n_sliding, chord)
-        return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g), c
+        return jnp.where(mode == SLIDING, jnp.minimum(c, 1.0 - c), g), c, p
 
     def dead_first_layer(self, mode):
         """``(P,)`` bool: the units of first-layer neurons inactive at every point."""
@@ -491,6 +495,63 @@ class System:
         strands[-1] = jnp.zeros_like(strands[-1])
         return jnp.concatenate(cuts), jnp.concatenate(strands)
 
+    def release(self, y, data, mode, control):
+        """Deep networks: the sliding units the joint controls cannot hold leave their
+        surfaces, one at a time, each to the side its one-sided rates point to.
+
+        With the sliding set ``K``, solve the controls ``c`` (:meth:`equivalent_control`).
+        If every ``c_j ∈ [0, 1]`` and the rates are zeroed, the set holds. Otherwise the
+        unit farthest out (``max(−c_j, c_j − 1)``, or its rate left over in units of its
+        own sensitivity where the solve could not zero it) leaves, and the rest are solved
+        again: an active-set pass over the box problem ``c ∈ [0, 1]^K``. Unit ``j``'s rate
+        is affine in its own slope ``s`` (nothing but the field's term linear in it depends
+        on the slope of a unit at ``p = 0``): ``ṗ_j(s) = ṗ_j(c_j) + (s − c_j)·d_j`` with
+        ``d_j = ∂ṗ_j/∂s_j`` (:meth:`rates_jacobian`), so its one-sided rates are
+        ``a₊ = ṗ_j(1)`` and ``a₋ = ṗ_j(0)``. It leaves to the active side if both are
+        positive, to the inactive side if both are negative, and to the side of its control
+        otherwise. At a solved ``c_j ∉ [0, 1]`` (``ṗ_j(c_j) = 0``) both have the sign of
+        ``d_j·(s − c_j)``: for ``c_j < 0`` the sign of ``d_j``, for ``c_j > 1`` that of
+        ``−d_j`` — the control's side only when ``d_j < 0``. (Before 0.2.5 the side came
+        from the control alone and the units left all at once; on the 20-point Scale
+        problem of ``benchmarks/deep_scale`` a unit whose rate was positive was made
+        inactive there and its ``p`` rose unwatched to 1.0e-4.)
+
+        Returns ``(mode, control, left, up, pdot)``: the new modes and controls, the units
+        that left (``(P,)`` bool) and to which side (``up``: active), and every unit's rate
+        at the result.
+        """
+        P = self.P
+        unsolved_tol = 1e-6  # a rate left over of this many controls' worth: not held
+
+        def round_(carry):
+            mode, control, left, up, _, it = carry
+            _, c = self.equivalent_control(y, data, mode, control)
+            idx, valid = self.sliding_slots(mode)
+            slopes = self.base_slopes(mode, c)
+            field, pdot = self.field_and_rates(y, data, slopes)
+            d = self.rates_jacobian(y, data, slopes, field, idx, diagonal=True)
+            cK, rK = jnp.append(c, 0.5)[idx], jnp.append(pdot, 0.0)[idx]
+            a_plus, a_minus = rK + (1.0 - cK) * d, rK - cK * d
+            _, scale = _damping(jnp.max(jnp.where(valid, jnp.abs(d), 0.0)))
+            leftover = jnp.abs(rK) / scale - unsolved_tol
+            excess = jnp.where(valid, jnp.maximum(jnp.maximum(-cK, cK - 1.0), leftover), -1.0)
+            j = jnp.argmax(excess)
+            go = excess[j] > 0.0
+            rise = _side_up(a_plus[j], a_minus[j], cK[j])
+            k = jnp.where(go, idx[j], P)  # P: nothing leaves
+            mode = jnp.append(mode, INACTIVE).at[k].set(jnp.where(rise, ACTIVE, INACTIVE).astype(mode.dtype))[:P]
+            left = jnp.append(left, False).at[k].set(True)[:P]
+            up = jnp.append(up, False).at[k].set(rise)[:P]
+            return mode, c, left, up, pdot, jnp.where(go, it + 1, -1)
+
+        def more(carry):
+            return carry[-1] >= 0
+
+        none = jnp.zeros(P, bool)
+        start = (mode, control, none, none, jnp.zeros(P), jnp.zeros((), jnp.int32))
+        mode, control, left, up, pdot, _ = jax.lax.while_loop(more, round_, start)
+        return mode, control, left, up, pdot
+
     def handle(self, y, data, mode, control, pending, initial=False):
         """Resolve the units in ``pending`` at state ``y`` (they sit on their surfaces).
 
@@ -511,7 +572,8 @@ class System:
             mode_now = mode
         slopes = self.base_slopes(mode_now, control)
 
-        # Units ending a slide: leave towards the side their control is closest to.
+        # Units ending a slide: leave towards the side their control is closest to (depth 2;
+        # deeper, by their one-sided rates, below).
         ending = pending & (mode == SLIDING)
         up = control >= 0.5
         # Units arriving at a surface: one-sided rates, at most K of them per call.
@@ -525,6 +587,15 @@ class System:
             derivative = self.rates_jacobian(y, data, slopes, field, idx, diagonal=True)
             rate, own = jnp.append(pdot, 0.0)[idx], jnp.append(slopes, 0.0)[idx]
             a_plus, a_minus = rate + (1.0 - own) * derivative, rate - own * derivative
+            # Units ending a slide leave to the side both one-sided rates point to (their
+            # control reached 0 or 1: one of them is at round-off; or they drifted off their
+            # surfaces, :func:`gflow.flow._held_guards`, where the controls could not zero
+            # their rates), else to the side of their control (as :meth:`release`).
+            end_idx = jnp.nonzero(ending, size=self.K, fill_value=P)[0]
+            end_d = self.rates_jacobian(y, data, slopes, field, end_idx, diagonal=True)
+            end_r, end_c = jnp.append(pdot, 0.0)[end_idx], jnp.append(slopes, 0.0)[end_idx]
+            end_up = _side_up(end_r + (1.0 - end_c) * end_d, end_r - end_c * end_d, end_c)
+            up = jnp.append(up, False).at[end_idx].set(end_up)[:P]
         else:
             # Depth 2: one tiny field evaluation per side and unit (the pieces above made
             # the authors' 288-seed batch a third slower: 0.068 s against 0.047 s).
@@ -595,14 +666,21 @@ class System:
             stranded = (mode1 == SLIDING) & strand
             mode1 = jnp.where(stranded, INACTIVE, mode1)  # their slope acts on nothing
 
-        # Joint controls of the new sliding set; any that fall outside [0, 1] leave now.
-        _, control2 = self.equivalent_control(y, data, mode1, control1)
-        up2 = control2 > 1.0
+        # Joint controls of the new sliding set; units they cannot hold leave now.
         if deep:
-            _, pdot = self.field_and_rates(y, data, self.base_slopes(mode1, control2))
+            mode2, control2, leave, up2, pdot = self.release(y, data, mode1, control1)
             up2 = jnp.where(stranded, pdot > 0, up2)  # a zero rate: inactive (σ'(0) = 0)
-        leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0)) | stranded
-        mode2 = jnp.where(leave, jnp.where(up2, ACTIVE, INACTIVE), mode1)
+            leave = leave | stranded
+            mode2 = jnp.where(stranded, jnp.where(up2, ACTIVE, INACTIVE), mode2)
+        else:
+            # Depth 2 keeps the rule of 0.2.4 (each neuron's controls solve their own affine
+            # block exactly; its results are unchanged bit for bit, and the authors' batch
+            # stays as fast): a control below 0 leaves to the inactive side, above 1 to the
+            # active side.
+            _, control2 = self.equivalent_control(y, data, mode1, control1)
+            up2 = control2 > 1.0
+            leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0))
+            mode2 = jnp.where(leave, jnp.where(up2, ACTIVE, INACTIVE), mode1)
         leave_dir = jnp.where(up2, 1, -1).astype(jnp.int32)
         # A unit that would start sliding and leave in the same instant has simply crossed
         # (or touched, if it leaves to the side it came from): one event, one record.
@@ -615,6 +693,16 @@ class System:
             (leave & ~merged, jnp.full(P, int(Kind.SLIDE_END), jnp.int32), leave_dir),
         )
         return mode2.astype(mode.dtype), control2, pending & ~handled, records
+
+
+def _side_up(a_plus, a_minus, control):
+    """Whether a unit leaving its surface goes to the active side: where both one-sided
+    rates point (signs decided with ``_SIGN_TOL``), else to the side its control is
+    closest to."""
+    tol = _SIGN_TOL * (jnp.abs(a_plus) + jnp.abs(a_minus))
+    both_up = (a_plus > tol) & (a_minus > tol)
+    both_down = (a_plus < -tol) & (a_minus < -tol)
+    return both_up | (~both_down & (control >= 0.5))
 
 
 _NEWTON_TOL = 1e-13  # sliding rates / their sensitivity to the controls at which Newton stops

@@ -20,6 +20,10 @@ stops at a kink, and sign changes between the dense samples are recorded as
 crossings, timed by linear interpolation between samples. With ``solver="kvaerno5"``
 the step is implicit (for stiff stretches, such as weight decay near a stationary point).
 
+The state carries one entry more than θ: ``E(t) = ∫₀ᵗ ‖θ̇‖²``, integrated with the same
+stages and outside the step-size control, so that every trajectory checks the energy
+identity ``L(θ(0)) − L(θ(t)) = E(t)`` (:attr:`gflow.Solution.energy_defect`).
+
 So the batch costs as many iterations as its longest member needs steps plus events,
 not the sum over event segments of per-segment maxima. The expensive branches (root
 finding, event handling, equivalent controls, saving) run under ``lax.cond`` on a
@@ -136,10 +140,18 @@ def compiled(cfg: Config):
         slopes_of = system.slopes
 
     def vector_field(t, y, args):
+        # The state is θ followed by one more entry, E(t) = ∫₀ᵗ ‖θ̇‖² ds, which the
+        # fields never read (``unravel`` stops at θ): the energy identity's right side.
         mode, control, data, n_sliding, chord = args
-        return system.field(y, data, slopes_of(y, data, mode, control, n_sliding, chord))
+        f = system.field(y, data, slopes_of(y, data, mode, control, n_sliding, chord))
+        return f.at[-1].set(jnp.sum(f[:-1] ** 2))
 
     terms = diffrax.ODETerm(vector_field)
+    deep = len(cfg.hidden_widths) > 1
+
+    def held_guards(g, p, mode, noise):
+        return _held_guards(g, p, mode, noise) if deep else g
+
     error_order = base_solver.order(terms) + 1
     # Shallow networks: the stages written out (the loop over stages costs more than the
     # tiny field). Deeper ones keep Diffrax's stage loop: there the field dominates, and
@@ -148,21 +160,28 @@ def compiled(cfg: Config):
     rk = _explicit_rk(base_solver.tableau, vector_field) if shallow else None
 
     def tools(rtol, atol):
-        """The solver and the step controller at these tolerances."""
+        """The solver and the step controller at these tolerances. Both measure errors on
+        θ alone: the energy entry of the state is carried, never controlled, so the steps
+        (and every result) are those of the flow of θ by itself."""
         solver = base_solver
         if cfg.solver in _IMPLICIT:
             # The implicit stages' Newton (chord) iterations stop at the step tolerances.
             solver = eqx.tree_at(
                 lambda s: (s.root_finder.rtol, s.root_finder.atol, s.root_finder.norm),
                 solver,
-                (rtol, atol, optx.rms_norm),
+                (rtol, atol, _theta_norm),
             )
-        return solver, diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff)
+        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff, norm=_theta_norm)
+        return solver, controller
+
+    vmap_loss = jax.vmap(system.loss)
 
     def run(y0, X, Y, wd, modes, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
         # Only the first ``count`` of the N rows are integrated; the rest are padding
         # (never started, results left at zero), so a padded batch costs no extra work.
         N, L, S = y0.shape[0], cfg.lanes, len(ts)
+        loss0 = vmap_loss(y0, (X, Y, wd))
+        y0 = jnp.concatenate([y0, jnp.zeros((N, 1), y0.dtype)], axis=1)  # θ, then E = 0
         count = jnp.minimum(jnp.asarray(count, jnp.int32), N)
         solver, controller = tools(rtol, atol)
         vmap = jax.vmap
@@ -326,11 +345,12 @@ def compiled(cfg: Config):
                     flip=flip, t_cross=t_s[:-1, None] + (t_s[1:] - t_s[:-1])[:, None] * frac,
                     dirs=jnp.where(pos[1:], 1, -1), mode_end=jnp.where(pos[-1], ev.ACTIVE, ev.INACTIVE).astype(s.mode.dtype),
                 )  # fmt: skip
-            G, C = vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding, chord))(ys)
+            G, C, p = vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding, chord))(ys)
             G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
             # A unit that has not yet left the round-off band since its last event fires
             # only once it is clearly past its surface (no events from noise).
             noise = _noise(jnp.where(s.mode == ev.SLIDING, 0.0, G[0]), rtol, atol)
+            G = held_guards(G, p, s.mode, noise)
             shift = jnp.where(s.armed, 0.0, noise)
             G = G + shift
             cross = (G[:-1] > 0) & (G[1:] <= 0)
@@ -341,7 +361,7 @@ def compiled(cfg: Config):
             hi = jnp.where(m == M - 1, t_next, s.t + h * (m + 1) / M)
             return dict(
                 common, keep=keep | s.forced, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m], control1=C[-1],
-                G_hi=G[m + 1], shift=shift, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0), late=G[-1] <= 0,
+                G_hi=G[m + 1], shift=shift, noise=noise, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0), late=G[-1] <= 0,
             )  # fmt: skip
 
         def member_locate(s, o, data, n_sliding, chord):
@@ -350,8 +370,8 @@ def compiled(cfg: Config):
 
             def H(tau):
                 y = interp.evaluate(tau)
-                g, _ = system.guards(y, data, s.mode, s.control, n_sliding, chord)
-                g = jnp.where(jnp.isnan(g), -1.0, g) + o["shift"]
+                g, _, p = system.guards(y, data, s.mode, s.control, n_sliding, chord)
+                g = held_guards(jnp.where(jnp.isnan(g), -1.0, g), p, s.mode, o["noise"]) + o["shift"]
                 return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
 
             f_lo = jnp.min(jnp.where(o["cand"], o["G_lo"], jnp.inf))
@@ -396,7 +416,7 @@ def compiled(cfg: Config):
             loss = system.loss(y, data) if cfg.use_ltol else jnp.inf
             # How fast the direction moves per unit of log‖θ‖: ‖d(θ/‖θ‖)/d log‖θ‖‖ =
             # ‖f_⊥‖/(θ̂·f) = tan ∠(θ, f), infinite while ‖θ‖ does not grow.
-            radial = jnp.dot(y, f) / jnp.maximum(jnp.linalg.norm(y), 1e-300)
+            radial = jnp.dot(y, f) / jnp.maximum(jnp.linalg.norm(y[:-1]), 1e-300)  # f[-1] = 0: θ only
             tangential = jnp.sqrt(jnp.maximum(jnp.dot(f, f) - radial**2, 0.0))
             speed = jnp.where(radial > 0, tangential / jnp.where(radial > 0, radial, 1.0), jnp.inf)
             return (jnp.linalg.norm(f) if cfg.use_gtol else jnp.inf), loss, (speed if cfg.use_dtol else jnp.inf)
@@ -581,6 +601,9 @@ def compiled(cfg: Config):
             out["y"], out["mode"], data
         )
         loss = vmap(system.loss)(out["y"], data)
+        out["energy"], out["y"] = out["y"][:, -1], out["y"][:, :-1]
+        out["saved_energy"], out["saved"] = out["saved"][..., -1], out["saved"][..., :-1]
+        out["loss0"] = loss0
         return out, loss, gnorm
 
     def _write(records, t_event, ev_t, ev_k, ev_kind, ev_dir, n_ev):
@@ -605,6 +628,11 @@ def compiled(cfg: Config):
 
 
 _IDLE = -1  # a lane with no trajectory left to integrate
+
+
+def _theta_norm(x):
+    """RMS norm of a state's θ part (every entry but the last, the energy integral)."""
+    return optx.rms_norm(x[..., :-1])
 
 
 def _explicit_rk(tableau, field):
@@ -645,6 +673,26 @@ def _noise(p, rtol, atol):
     than round-off."""
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(p), axis=-1, initial=0.0))
     return jnp.maximum(10.0 * (atol + rtol * scale), 1e-12 * scale)
+
+
+_HELD_BAND = 4.0  # a sliding unit this many round-off bands off its surface is no longer held
+
+
+def _held_guards(g, p, mode, noise):
+    """Deep networks: a sliding unit's guard also fires once its pre-activation is
+    ``_HELD_BAND`` round-off bands (:func:`_noise`) off its surface, ``g = min(c, 1 − c,
+    1 − |p|/(_HELD_BAND·noise))``. On its surface the controls zero its rate and it stays
+    at round-off (2e-11 at rtol 1e-10, ``tests/test_deep.py``); when the sliding set admits
+    no controls in ``[0, 1]`` that zero every rate, the damped solve returns controls
+    inside ``[0, 1]`` with the rates left over and the unit drifts off its surface with
+    its guard ``min(c, 1 − c)`` positive (the 20-point Scale problem of
+    ``benchmarks/deep_scale``: 11 units at t = 12, up to 3.2e-5 of rate left over). Then
+    the event ends its slide (:meth:`gflow.events.System.handle`: to the side its
+    one-sided rates point to), so no unit is held farther than the band allows. A unit
+    that starts sliding may sit up to one band off its surface (the unarmed guards fire
+    at ``±noise``), hence the margin."""
+    held = 1.0 - jnp.abs(p) / (_HELD_BAND * noise)
+    return jnp.where(mode == ev.SLIDING, jnp.minimum(g, held), g)
 
 
 def _settle(system, y, data, before, mode, control, involved, rtol, atol):

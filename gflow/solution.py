@@ -27,6 +27,18 @@ class Status(enum.IntEnum):
     DIRECTION_SETTLED = 9
 
     @property
+    def energy_defect(self):
+        """The energy identity's relative defect, ``|L(0) − L(t) − E(t)|`` over the loss
+        the flow has dissipated (``max(E, |L(0) − L(t)|)``, at least 1e-14·|L(0)| so that a
+        trajectory that barely moves is not judged by round-off). At round-off times the
+        tolerance for an exact flow; a larger value means the integrated velocity was not
+        the gradient of the loss that fell (e.g. a sliding unit off its surface). One value,
+        or ``(B,)`` for a batch."""
+        drop = np.asarray(self.initial_loss) - np.asarray(self.loss)
+        scale = np.maximum(np.maximum(np.abs(drop), np.abs(self.energy)), 1e-14 * np.abs(self.initial_loss))
+        return np.abs(drop - self.energy) / np.maximum(scale, np.finfo(np.float64).tiny)
+
+    @property
     def message(self) -> str:
         return _MESSAGES[self]
 
@@ -113,6 +125,12 @@ class Solution(eqx.Module):
             in between: :meth:`modes_at`.
         stats: dict of solver statistics: ``num_accepted``, ``num_rejected``,
             ``num_events``, ``num_iterations``.
+        initial_loss: the loss at ``t = 0`` (weight decay term included).
+        energy: ``E(t) = ∫₀ᵗ ‖θ̇(s)‖² ds``, integrated alongside the flow (one more
+            state entry, outside the step-size control). The exact flow has
+            ``L(θ(0)) − L(θ(t)) = E(t)`` with or without sliding: see
+            :attr:`energy_defect`.
+        saved_energy: ``E`` at the save times ``ts`` (NaN after an early stop).
         n, hidden_widths: data size and hidden widths (to decode flat indices).
     """
 
@@ -127,8 +145,23 @@ class Solution(eqx.Module):
     initial_modes: np.ndarray
     final_modes: np.ndarray
     stats: dict
+    initial_loss: np.ndarray
+    energy: np.ndarray
+    saved_energy: np.ndarray
     n: int = eqx.field(static=True)
     hidden_widths: tuple = eqx.field(static=True)
+
+    @property
+    def energy_defect(self):
+        """The energy identity's relative defect, ``|L(0) − L(t) − E(t)|`` over the loss
+        the flow has dissipated (``max(E, |L(0) − L(t)|)``, at least 1e-14·|L(0)| so that a
+        trajectory that barely moves is not judged by round-off). At round-off times the
+        tolerance for an exact flow; a larger value means the integrated velocity was not
+        the gradient of the loss that fell (e.g. a sliding unit off its surface). One value,
+        or ``(B,)`` for a batch."""
+        drop = np.asarray(self.initial_loss) - np.asarray(self.loss)
+        scale = np.maximum(np.maximum(np.abs(drop), np.abs(self.energy)), 1e-14 * np.abs(self.initial_loss))
+        return np.abs(drop - self.energy) / np.maximum(scale, np.finfo(np.float64).tiny)
 
     @property
     def message(self) -> str:
@@ -162,6 +195,9 @@ class Solution(eqx.Module):
             initial_modes=self.initial_modes[b],
             final_modes=self.final_modes[b],
             stats={k: v[b] for k, v in self.stats.items()},
+            initial_loss=self.initial_loss[b],
+            energy=self.energy[b],
+            saved_energy=self.saved_energy[b],
             n=self.n,
             hidden_widths=self.hidden_widths,
         )

@@ -372,6 +372,9 @@ def _to_solution(out, loss, gnorm, params, ts, n, hidden):
             num_events=out["n_ev"],
             num_iterations=out["n_iter"],
         ),
+        initial_loss=out["loss0"],
+        energy=out["energy"],
+        saved_energy=out["saved_energy"],
         n=n,
         hidden_widths=hidden,
     )

@@ -392,6 +392,8 @@ def _compute(cfg, X, Y, start, stop, devices):
         t=np.asarray(sol.t, np.float64)[:B],
         loss=np.asarray(sol.loss, np.float64)[:B],
         grad_norm=np.asarray(sol.grad_norm, np.float64)[:B],
+        energy=np.asarray(sol.energy, np.float64)[:B],
+        energy_defect=np.asarray(sol.energy_defect, np.float64)[:B],
         initial_modes=np.asarray(sol.initial_modes, np.int8)[:B],
         final_modes=np.asarray(sol.final_modes, np.int8)[:B],
     )
@@ -592,7 +594,8 @@ def load(folder) -> dict:
 
 def summarise(arrays) -> dict:
     """Headline numbers of merged sweep arrays (JSON-able): statuses, loss, gradient norm,
-    events, sliding, steps."""
+    the energy identity's relative defect (:attr:`gflow.Solution.energy_defect`), events,
+    sliding, steps."""
     status = arrays["status"]
 
     def spread(a):
@@ -604,6 +607,7 @@ def summarise(arrays) -> dict:
         success=int(sum(np.sum(status == s) for s in Status if s.success)),
         loss=spread(arrays["loss"]),
         grad_norm=spread(arrays["grad_norm"]),
+        energy_defect=spread(arrays["energy_defect"]),
         events=dict(mean=float(np.mean(arrays["num_events"])), max=int(np.max(arrays["num_events"]))),
         slid=int(np.sum(arrays["n_slide_start"] > 0)),
         accepted_steps=dict(mean=float(np.mean(arrays["num_accepted"])), max=int(np.max(arrays["num_accepted"]))),

@@ -66,6 +66,38 @@ def assert_modes_on_their_sides(sol, X, band=1e-9):
         assert np.all(gaps <= band), (b, float(np.max(gaps)))
 
 
+def assert_energy_identity(sol, params0, X, Y, loss="square", weight_decay=0.0, rel=1e-8, members=None):
+    """The energy identity ``L(θ(0)) − L(θ(t)) = ∫₀ᵗ ‖θ̇‖²`` of every member of ``sol`` (one
+    solution or a batch, started from ``params0``; ``X``, ``Y`` shared or one per member;
+    ``weight_decay`` a float or one per member), at the end and at every save time: the
+    engine's integral (``sol.energy``, ``sol.saved_energy``) against losses recomputed in
+    NumPy (:func:`gflow.reference.loss_value`) from the initial, final and saved weights,
+    relative to the loss dissipated by then (at least 1e-12 of the initial loss); only
+    ``members`` of a batch if given. Returns the largest relative defect."""
+    from gflow.reference import loss_value
+
+    batch = np.ndim(sol.energy) == 1
+    count = len(sol.status) if batch else 1
+    worst = 0.0
+    for b in range(count) if members is None else members:
+        m = sol[b] if batch else sol
+        Xb, Yb = (X[b], Y[b]) if np.ndim(X) == 3 else (X, Y)
+        wd = float(np.broadcast_to(weight_decay, (count,))[b])
+        start = [np.asarray(W[b] if batch else W) for W in params0]
+        L0 = loss_value(start, Xb, Yb, loss=loss, weight_decay=wd)
+        assert abs(L0 - float(m.initial_loss)) <= 1e-12 * max(abs(L0), 1.0), (b, L0, m.initial_loss)
+        points = [(m.params, float(m.energy))]
+        points += [([W[s] for W in m.ys], float(m.saved_energy[s])) for s in range(len(m.ts))]
+        for params, E in points:
+            if not np.isfinite(E):  # a save time after an early stop
+                continue
+            drop = L0 - loss_value([np.asarray(W) for W in params], Xb, Yb, loss=loss, weight_decay=wd)
+            defect = abs(drop - E) / max(abs(drop), E, 1e-12 * abs(L0), 1e-300)
+            worst = max(worst, defect)
+            assert defect <= rel, (b, drop, E, defect)
+    return worst
+
+
 _RUN_NOTEBOOK = """
 import sys, time, nbformat
 from nbclient import NotebookClient

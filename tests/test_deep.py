@@ -7,7 +7,7 @@ import functools
 import jax
 import numpy as np
 import pytest
-from conftest import assert_modes_on_their_sides, max_diff
+from conftest import assert_energy_identity, assert_modes_on_their_sides, max_diff
 
 import gflow
 from gflow import Status
@@ -55,7 +55,10 @@ def test_exponential_reaches_1e8(exponential_long):
     problems, sol, ts = exponential_long
     assert np.all(sol.status == Status.REACHED_T1)
     assert np.all(sol.stats["num_iterations"] < 5_000)
-    assert_modes_on_their_sides(sol, np.stack([X for _, X, _ in problems]))
+    params, X, Y = _stack(problems)
+    assert_modes_on_their_sides(sol, X)
+    # Units slide on the way (2 of 9 in seed 1): the energy identity holds through them.
+    assert_energy_identity(sol, params, X, Y, loss="exponential", rel=1e-8)
     for b, (p, X, Y) in enumerate(problems):
         norms = []
         for s in range(len(ts)):
@@ -113,6 +116,7 @@ def test_weight_decay_stationary_point():
     sliding = [bool(np.any(m == gflow.events.SLIDING)) for m in sol.final_modes]
     assert sliding == [True, False, False]
     assert_modes_on_their_sides(sol, X)
+    assert_energy_identity(sol, params, X, Y, weight_decay=lam, rel=1e-8)
     for b, (p, X1, Y1) in enumerate(problems):
         theta = [np.asarray(W[b]) for W in sol.params]
         assert sol.t[b] < 1e6
@@ -141,6 +145,7 @@ def test_several_units_slide_on_their_surfaces():
     sliding = np.flatnonzero(sol.final_modes[0] == gflow.events.SLIDING)
     assert len(sliding) >= 3
     assert_modes_on_their_sides(sol, X)
+    assert_energy_identity(sol, params, X, Y, rel=1e-8)  # at the end and at the six save times
     for i in range(len(ts)):
         H, pre = X, []
         for W in [Ws[0, i] for Ws in sol.ys][:-1]:
@@ -494,6 +499,29 @@ def test_units_left_on_the_wrong_side_by_an_event_cross_at_once():
     assert not np.any(np.asarray(mask))
 
 
+VANISHING_LAMBDA = 1e-2
+
+
+@functools.cache
+def _vanishing_point_runs():
+    """Seeds 2 and 0 of widths (4, 6, 6, 1) on 8 points, λ = 1e-2, to t = 3 at two tolerances."""
+    params, X, Y = _stack([_problem(s, (4, 6, 6, 1), 8) for s in (2, 0)])
+    kw = dict(t1=3.0, weight_decay=VANISHING_LAMBDA, saveat=[0.2])
+    loose = gflow.simulate_batch(params, X, Y, rtol=1e-10, atol=1e-12, **kw)
+    tight = gflow.simulate_batch(params, X, Y, rtol=1e-12, atol=1e-14, **kw)
+    return params, X, Y, loose, tight
+
+
+@pytest.mark.xfail(strict=True, reason="open defect: docs/limitations.md, the last active unit of a layer at a point")
+def test_energy_identity_where_seven_surfaces_meet():
+    """Seed 2 of the test below: the energy identity fails by 9.2e-5 (relative, rtol 1e-10,
+    measured with 0.2.5) after seven surfaces meet at t ≈ 0.9234. Fails until the defect is
+    fixed; then move seed 2 into the test below and remove this test."""
+    params, X, Y, loose, tight = _vanishing_point_runs()
+    for sol in (loose, tight):
+        assert_energy_identity(sol, params, X, Y, weight_decay=VANISHING_LAMBDA, rel=1e-8, members=[0])
+
+
 def test_vanishing_point_is_cut_and_decided_alike_at_every_tolerance():
     """Bias-free degeneracy: where the last active unit of a layer at a point reaches its
     surface, every unit above it at that point reaches its own surface at the same instant.
@@ -505,14 +533,13 @@ def test_vanishing_point_is_cut_and_decided_alike_at_every_tolerance():
     then on the point takes no part in the flow: the rest of the trajectory must be the
     flow on the other seven points, integrated from the state saved at t = 0.2.
     """
-    widths, lam = (4, 6, 6, 1), 1e-2
-    params, X, Y = _stack([_problem(s, widths, 8) for s in (2, 0)])
-    kw = dict(t1=3.0, weight_decay=lam, saveat=[0.2])
-    loose = gflow.simulate_batch(params, X, Y, rtol=1e-10, atol=1e-12, **kw)
-    tight = gflow.simulate_batch(params, X, Y, rtol=1e-12, atol=1e-14, **kw)
+    params, X, Y, loose, tight = _vanishing_point_runs()
     assert np.all(loose.status == Status.REACHED_T1) and np.all(tight.status == Status.REACHED_T1)
     assert max_diff(loose.params, tight.params) <= 1e-6
+    for sol in (loose, tight):  # through the cut (seed 0; seed 2: the xfail test below)
+        assert_energy_identity(sol, params, X, Y, weight_decay=VANISHING_LAMBDA, rel=1e-8, members=[1])
 
+    lam = VANISHING_LAMBDA
     events = tight[1].crossings
     cut = events.kind == gflow.Kind.CUT
     assert np.any(cut) and set(events.point[cut]) == {2} and np.all(events.t[cut] < 0.2)

@@ -6,10 +6,12 @@ event-driven SciPy DOP853 integration with a hand-written NumPy gradient
 and plain gradient descent.
 """
 
+import functools
+
 import jax
 import numpy as np
 import pytest
-from conftest import assert_modes_on_their_sides, max_diff
+from conftest import assert_energy_identity, assert_modes_on_their_sides, max_diff
 
 import gflow
 from gflow import Kind, Status
@@ -80,6 +82,7 @@ def test_against_scipy(widths, n, t1, loss):
     Yb = np.stack([Y for _, _, Y in problems])
     sol = gflow.simulate_batch(params, Xb, Yb, loss=loss, t1=t1, **TIGHT)
     assert np.all(sol.status == Status.REACHED_T1)
+    assert_energy_identity(sol, params, Xb, Yb, loss=loss, rel=1e-9)
     compared = slid = 0
     for b, (p, X, Y) in enumerate(problems):
         ref = scipy_flow(p, X, Y, loss=loss, t1=t1, rtol=1e-12, atol=1e-14)
@@ -103,22 +106,36 @@ def test_against_scipy(widths, n, t1, loss):
 
 
 # ---- conservation laws ---------------------------------------------------------------------
+@functools.cache
+def _balance_run(widths, weight_decay, seeds):
+    """Random problems (5 points) of ``widths`` integrated to t = 1e3 at rtol 1e-10 with 21 saves."""
+    problems = [_random_problem(seed, widths, 5) for seed in seeds]
+    params = [np.stack([p[ell] for p, _, _ in problems]) for ell in range(len(widths) - 1)]
+    X, Y = np.stack([X for _, X, _ in problems]), np.stack([Y for _, _, Y in problems])
+    ts = np.linspace(0.0, 1e3, 21)
+    sol = gflow.simulate_batch(params, X, Y, t1=1e3, rtol=1e-10, atol=1e-12, weight_decay=weight_decay, saveat=ts)
+    return problems, params, X, Y, ts, sol
+
+
+# Members whose energy identity fails today (docs/limitations.md, "The last active unit of a
+# layer at a point"): (widths, weight decay, seed).
+ENERGY_DEFECT = {((3, 3, 3, 3, 2), 0.0, 0)}
+
+
 @pytest.mark.parametrize(
     "widths, weight_decay, seeds",
     [((3, 4, 2), 0.0, (0, 1, 2, 3)), ((3, 3, 3, 3, 2), 0.0, (0, 1, 2, 3)), ((3, 4, 2), 0.01, (0, 1, 2, 3))],
 )
 def test_balance_laws(widths, weight_decay, seeds):
     """SPEC §3: ‖W_l[j,:]‖² − ‖W_{l+1}[:,j]‖² is constant along GF (times e^{−2λt} with
-    weight decay), through crossings, over t ∈ [0, 1e3] at rtol 1e-10."""
-    problems = [_random_problem(seed, widths, 5) for seed in seeds]
-    params = [np.stack([p[ell] for p, _, _ in problems]) for ell in range(len(widths) - 1)]
-    ts = np.linspace(0.0, 1e3, 21)
-    sol = gflow.simulate_batch(
-        params, np.stack([X for _, X, _ in problems]), np.stack([Y for _, _, Y in problems]),
-        t1=1e3, rtol=1e-10, atol=1e-12, weight_decay=weight_decay, saveat=ts,
-    )  # fmt: skip
+    weight decay), through crossings, over t ∈ [0, 1e3] at rtol 1e-10; and the energy
+    identity ``L(0) − L(t) = ∫‖θ̇‖²`` holds at every save time (the balance laws hold for
+    any choice of slopes at the kinks, the energy identity only for the right one)."""
+    problems, params, X, Y, ts, sol = _balance_run(widths, weight_decay, seeds)
     assert np.all(sol.status == Status.REACHED_T1)
     assert np.all(sol.crossings.count >= 1)
+    exact = [b for b, seed in enumerate(seeds) if (widths, weight_decay, seed) not in ENERGY_DEFECT]
+    assert_energy_identity(sol, params, X, Y, weight_decay=weight_decay, rel=1e-8, members=exact)
     for b, (p, _, _) in enumerate(problems):
         q0 = balance_invariants(p)
         scale = np.concatenate([np.sum(W**2, axis=1) for W in p[:-1]]) + np.concatenate(
@@ -127,6 +144,18 @@ def test_balance_laws(widths, weight_decay, seeds):
         for s, t in enumerate(ts):
             q = balance_invariants([W[b, s] for W in sol.ys])
             assert np.max(np.abs(q - q0 * np.exp(-2 * weight_decay * t)) / scale) <= 1e-9
+
+
+@pytest.mark.xfail(strict=True, reason="open defect: docs/limitations.md, the last active unit of a layer at a point")
+def test_energy_identity_where_the_last_active_unit_of_a_point_reaches_its_surface():
+    """Depth 4, seed 0 of the balance-law problems: at t ≈ 0.656 the only active first-layer
+    unit at point 0 reaches its surface, the pre-activations above it there vanish with it,
+    and the engine integrates a unit on the wrong side of its mode (mode gap 0.31 at t = 50):
+    ``L(0) − L(t)`` and ``∫‖θ̇‖²`` differ by 7.1% (measured with 0.2.5). Fails until fixed;
+    when it passes, remove the member from ``ENERGY_DEFECT`` and this mark."""
+    key = ((3, 3, 3, 3, 2), 0.0, (0, 1, 2, 3))
+    _, params, X, Y, _, sol = _balance_run(*key)
+    assert_energy_identity(sol, params, X, Y, rel=1e-8, members=[0])
 
 
 # ---- sliding against gradient descent ------------------------------------------------------
@@ -142,6 +171,7 @@ def test_sliding_matches_gradient_descent(authors, authors_xavier):
     sol = gflow.simulate_batch(params, X, Y, t1=T, **TIGHT)
     assert np.all(sol.status == Status.REACHED_T1)
     assert all(np.any(sol.crossings.kind[b] == Kind.SLIDE_START) for b in range(len(SLIDING_STARTS)))
+    assert_energy_identity(sol, params, X, Y, rel=1e-9)  # through their slides
     errors = []
     for lr in (1e-4, 5e-5, 2.5e-5):
         gd = gradient_descent_batch(params, X, Y, lr=lr, steps=int(round(T / lr)))
@@ -249,6 +279,8 @@ def test_loss_monotone_dead_frozen_and_batch_equals_single(authors, authors_xavi
     for b in range(len(members)):
         losses = [loss_value([W[b, s] for W in sol.ys], X, Y) for s in range(len(ts))]
         assert np.all(np.diff(losses) <= 1e-12)
+    assert_energy_identity(sol, params, X, Y, rel=1e-9)
+    assert np.all(np.diff(sol.saved_energy, axis=1) >= 0)
     assert np.array_equal(sol.params[0][3, 1], params[0][3, 1])
     assert np.array_equal(sol.params[1][3, :, 1], params[1][3, :, 1])
     assert not np.any(sol.crossings.neuron[3] == 1)
