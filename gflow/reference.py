@@ -163,6 +163,19 @@ def _check_data(X, Y, d_in, d_out, loss):
 # --------------------------------------------------------------------------------------
 
 
+def _check_flow_args(params, X, Y, loss, t1, weight_decay, rtol, atol, max_events):
+    """The arguments the event-driven flows share, checked (each error names its argument)."""
+    _check_loss(loss)
+    params = _check_params(params)
+    d_in, d_out = params[0].shape[1], params[-1].shape[0]
+    X, Y = _check_data(X, Y, d_in, d_out, loss)
+    t1 = _check_nonnegative(t1, "t1")
+    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
+    rtol = _check_positive(rtol, "rtol")
+    atol = _check_positive(atol, "atol")
+    return params, X, Y, t1, weight_decay, rtol, atol, _check_count(max_events, "max_events")
+
+
 def _forward(params, X, masks=None):
     """Pre-activations, layer inputs and output.
 
@@ -443,15 +456,9 @@ def scipy_flow(
     **Raises:** `ValueError` on malformed input; `RuntimeError` if SciPy fails or more
     than `max_events` kinks are met.
     """
-    _check_loss(loss)
-    params = _check_params(params)
-    d_in, d_out = params[0].shape[1], params[-1].shape[0]
-    X, Y = _check_data(X, Y, d_in, d_out, loss)
-    t1 = _check_nonnegative(t1, "t1")
-    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
-    rtol = _check_positive(rtol, "rtol")
-    atol = _check_positive(atol, "atol")
-    max_events = _check_count(max_events, "max_events")
+    params, X, Y, t1, weight_decay, rtol, atol, max_events = _check_flow_args(
+        params, X, Y, loss, t1, weight_decay, rtol, atol, max_events
+    )
 
     layout = _Layout([W.shape for W in params], X.shape[0])
     n_entries = int(layout.entry_offsets[-1])
@@ -888,15 +895,9 @@ def filippov_flow(
         res = filippov_flow(params, X, Y, t1=5.0, t_eval=np.linspace(0, 5, 11))
         [e for e in res.events if e.kind != "cross"], res.energy_defect, res.drift
     """
-    _check_loss(loss)
-    params = _check_params(params)
-    d_in, d_out = params[0].shape[1], params[-1].shape[0]
-    X, Y = _check_data(X, Y, d_in, d_out, loss)
-    t1 = _check_nonnegative(t1, "t1")
-    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
-    rtol = _check_positive(rtol, "rtol")
-    atol = _check_positive(atol, "atol")
-    max_events = _check_count(max_events, "max_events")
+    params, X, Y, t1, weight_decay, rtol, atol, max_events = _check_flow_args(
+        params, X, Y, loss, t1, weight_decay, rtol, atol, max_events
+    )
     max_sliding = _check_count(max_sliding, "max_sliding")
     if t_eval is None:
         t_eval = np.zeros(0)

@@ -10,6 +10,7 @@ import pytest
 import scipy.optimize
 from conftest import max_diff
 
+from benchmarks.filippov import teacher_problem  # the benchmark's problems (same generator)
 from gflow.reference import _min_norm_point, balance_drift, filippov_flow, preactivations, scipy_flow
 
 RTOL, ATOL = 1e-12, 1e-14  # filippov_flow's default tolerances
@@ -18,19 +19,6 @@ RTOL, ATOL = 1e-12, 1e-14  # filippov_flow's default tolerances
 # --------------------------------------------------------------------------------------
 # Named problems
 # --------------------------------------------------------------------------------------
-
-
-def teacher_problem(seed, widths, n, scale=0.6):
-    """Random He-scaled weights (times `scale`), Gaussian inputs, targets from a random teacher."""
-    rng = np.random.default_rng(seed)
-    pairs = list(zip(widths[:-1], widths[1:], strict=True))
-    params = [rng.normal(size=(b, a)) * scale * np.sqrt(2 / a) for a, b in pairs]
-    X = rng.normal(size=(n, widths[0]))
-    teacher = [rng.normal(size=(b, a)) / np.sqrt(a) for a, b in pairs]
-    h = X
-    for W in teacher[:-1]:
-        h = np.maximum(h @ W.T, 0.0)
-    return params, X, h @ teacher[-1].T
 
 
 # Depth 3, 5 points: two second-layer units slide at once on point 0 for t ∈ (0.081, 0.429),
