@@ -280,7 +280,8 @@ def test_loss_monotone_dead_frozen_and_batch_equals_single(authors, authors_xavi
         losses = [loss_value([W[b, s] for W in sol.ys], X, Y) for s in range(len(ts))]
         assert np.all(np.diff(losses) <= 1e-12)
     assert_energy_identity(sol, params, X, Y, rel=1e-9)
-    assert np.all(np.diff(sol.saved_energy, axis=1) >= 0)
+    # E never falls (beyond the round-off of the dense output at the save times).
+    assert np.all(np.diff(sol.saved_energy, axis=1) >= -1e-12 * sol.saved_energy[:, -1:])
     assert np.array_equal(sol.params[0][3, 1], params[0][3, 1])
     assert np.array_equal(sol.params[1][3, :, 1], params[1][3, :, 1])
     assert not np.any(sol.crossings.neuron[3] == 1)
