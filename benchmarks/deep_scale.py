@@ -71,7 +71,7 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000):
         depth=depth, width=width, n=n, preactivations=n * width * (depth - 1), t1=t1, max_sliding=max_sliding,
         max_steps=max_steps,
         status=sol.status.name, t=float(sol.t), stats={k: int(v) for k, v in sol.stats.items()}, events=kinds,
-        loss0=float(loss_value(params, X, Y, "square")), loss=float(sol.loss),
+        loss0=float(loss0), loss=float(sol.loss),
         loss_numpy=float(loss_value(end, X, Y, "square")), drift=balance_drift(params, end),
         sliding_at_end=int(np.sum(sliding)), gap_sliding=float(np.max(gaps[sliding], initial=0.0)),
         gap_all=float(np.max(gaps)), gap_saved_max=max(saved_gaps), energy_defect=float(sol.energy_defect),
