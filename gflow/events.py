@@ -27,13 +27,17 @@ next (SPEC §2):
   constant and it never fires again (dead for good). In deeper layers its weights are
   frozen too, but its pre-activations still move with the layers below it, and the flow
   may revive it: the engine follows that.
-- Bias-free degeneracy: when a point has no active unit left in a hidden layer (a unit
-  held on its surface outputs 0 there), every pre-activation above it at that point
-  is 0 and stays 0 while that lasts, and the one-sided fields do not decide its side.
-  By ``σ'(0) = 0`` such units are *cut*: inactive, recorded as :attr:`Kind.CUT`; they
-  are cut before any rate is taken at the event, and a unit held on its surface whose
-  control then acts on nothing (*stranded*) leaves by the sign of its own rate
-  (:meth:`System.cut`, :meth:`System.handle`).
+- Bias-free degeneracy: when a point has no active unit left in a hidden layer, nor one
+  held on its surface, every pre-activation above it at that point is 0 and stays 0
+  while that lasts, and the one-sided fields do not decide its side.
+  By ``σ'(0) = 0`` such units are *cut*: inactive, recorded as :attr:`Kind.CUT`, and a
+  unit held on its surface whose control then acts on nothing (*stranded*) leaves by the
+  sign of its own rate (:meth:`System.cut`, :meth:`System.handle`). At the event where
+  the last active unit ``j`` of a layer at a point reaches its surface, the units above
+  it there reach theirs at the same instant, their pre-activations proportional to
+  ``p_j``: they follow ``j`` (*slaved*). ``j``'s active-side rate is taken with them in
+  the modes they had (that side's field backpropagates through them); if ``j`` stays,
+  they keep those modes, if it leaves, they are cut.
 
 Signs are decided with a relative tolerance, so round-off at the surface never flips a
 decision back and forth, and the integrator never looks at the sign of ``p`` to pick a
@@ -473,27 +477,51 @@ class System:
 
     # -- events -----------------------------------------------------------------------------
     def cut(self, mode):
-        """Units whose point has no activation in the layer below (*cut*), and units
-        whose point has none in their own layer (*stranded* if held on their surface:
-        every unit they feed at that point is cut, so their control acts on nothing).
-        Two ``(P,)`` bool masks.
+        """Units whose point has no activation in the layer below (*cut*), and units held
+        on their surfaces whose control acts on nothing (*stranded*). Two ``(P,)`` bool
+        masks.
 
-        Bias-free: a point none of whose units in a hidden layer is active (inactive
-        units output 0, and so do units held on their surfaces) has zero
-        pre-activations in every unit of the next layer, and they stay zero while that
-        lasts. Cut units count as inactive for the layers above them (so a cut spreads
-        upwards). The first hidden layer is never cut, the last never stranded."""
-        n, cuts, strands, below = self.n, [], [], None
+        Bias-free: a point none of whose units in a hidden layer is active or held on its
+        surface has zero pre-activations in every unit of the next layer, and they stay
+        zero while that lasts; by ``σ'(0) = 0`` they are inactive. Cut units count as
+        inactive for the layers above them (so a cut spreads upwards). A held unit outputs
+        0 as well, but the units above it keep their modes: on its active side they carry
+        its output, so its slope acts through them (the Filippov field mixes both sides).
+        It is stranded when it has no active unit beside it in its layer at its point and
+        none of the units it feeds there is active or held: then its slope acts on
+        nothing. The first hidden layer is never cut, the last never stranded."""
+        cut, live = self._columns(mode, lambda m: m != INACTIVE)
+        n, widths = self.n, self.hidden_widths
+        starts = np.concatenate([[0], np.cumsum(widths) * n])
+        active = (mode == ACTIVE) & ~cut
+        strands = []
+        for ell, d in enumerate(widths[:-1]):
+            beside = jnp.any(active[starts[ell] : starts[ell + 1]].reshape(d, n), axis=0)
+            strands.append(jnp.broadcast_to((~beside & ~live[ell + 1])[None, :], (d, n)).reshape(-1))
+        strands.append(jnp.zeros(widths[-1] * n, bool))
+        return cut, jnp.concatenate(strands)
+
+    def vanished(self, mode):
+        """``(P,)`` bool: units whose point has no *active* unit in some layer below (units
+        held on their surfaces count as inactive). Where pending units at an event are the
+        last active ones, the units this adds are their slaved units (:meth:`handle`)."""
+        return self._columns(mode, lambda m: m == ACTIVE)[0]
+
+    def _columns(self, mode, carries):
+        """Layer by layer from the bottom: the units with no carrier (``carries`` of their
+        mode, not cut) at their point in the layer below, ``(P,)``; and per layer, whether
+        each point has a carrier there, ``(n,)`` each."""
+        n, cuts, has, below = self.n, [], [], None
         start = 0
         for d in self.hidden_widths:
             m = mode[start : start + d * n].reshape(d, n)
             start += d * n
             cut = jnp.zeros((d, n), bool) if below is None else jnp.broadcast_to(below[None, :], (d, n))
-            below = ~jnp.any((m == ACTIVE) & ~cut, axis=0)
+            carried = jnp.any(carries(m) & ~cut, axis=0)
+            below = ~carried
             cuts.append(cut.reshape(-1))
-            strands.append(jnp.broadcast_to(below[None, :], (d, n)).reshape(-1))
-        strands[-1] = jnp.zeros_like(strands[-1])
-        return jnp.concatenate(cuts), jnp.concatenate(strands)
+            has.append(carried)
+        return jnp.concatenate(cuts), has
 
     def release(self, y, data, mode, control):
         """Deep networks: the sliding units the joint controls cannot hold leave their
@@ -562,15 +590,18 @@ class System:
         """
         P = self.P
         _, control = self.equivalent_control(y, data, mode, control)
-        # The pending units sit at p = 0, so they output nothing now: units above a point
-        # left with no activation are cut (inactive) before any rate is taken.
+        # Where pending units are the last active ones of their layer at a point, every
+        # unit above them there sits at its surface too, its pre-activation proportional
+        # to theirs (bias-free): these *slaved* units share their fate. On the active side
+        # they keep the modes they had, so the rates are taken with those modes: the active
+        # field's term through them is what decides whether the pending unit stays. (Taken
+        # with the units above cut, that term vanished, and a unit the active field drives
+        # down "touched" and stayed active on the inactive side.) On the inactive side the
+        # point contributes nothing, whatever their slopes.
         deep = len(self.hidden_widths) > 1
         if deep:
-            cut0, _ = self.cut(jnp.where(pending, INACTIVE, mode))
-            mode_now = jnp.where(cut0, INACTIVE, mode)
-        else:
-            mode_now = mode
-        slopes = self.base_slopes(mode_now, control)
+            slaved = self.vanished(jnp.where(pending, INACTIVE, mode)) & ~self.vanished(mode)
+        slopes = self.base_slopes(mode, control)
 
         # Units ending a slide: leave towards the side their control is closest to (depth 2;
         # deeper, by their one-sided rates, below).
@@ -630,6 +661,11 @@ class System:
             down = was_active & ~stay & ~slide
             rise = ~was_active & ~stay & ~slide
             repel = stay & jnp.where(was_active, minus_neg, plus_pos)
+        if deep:
+            # Slaved units follow the units below them: they keep their modes (a touch)
+            # unless those leave, and then they are cut (below).
+            follow = jnp.append(slaved, False)[idx]
+            slide, down, rise, repel = (m & ~follow for m in (slide, down, rise, repel))
         new_mode_q = jnp.where(
             slide, SLIDING, jnp.where(down, INACTIVE, jnp.where(rise, ACTIVE, jnp.append(mode, 0)[idx]))
         )
@@ -654,10 +690,13 @@ class System:
         handled = ending | put(jnp.zeros(P, bool), valid)
         stranded = jnp.zeros(P, bool)
         if deep:
-            # Units above a point whose activations vanish after these decisions are
-            # inactive; units held on their surfaces whose control now acts on nothing
+            # Slaved units whose units below left their surfaces (to the inactive side) are
+            # cut, and so are units above a point whose activations vanish after these
+            # decisions; units held on their surfaces whose control now acts on nothing
             # (stranded) leave by the sign of their own rate, solved below.
-            cut, strand = self.cut(mode1)
+            masters = jnp.where(pending & (mode1 == SLIDING) & (mode != SLIDING), ACTIVE, mode1)
+            cut = self.cut(mode1)[0] | (slaved & self.vanished(masters))
+            strand = self.cut(jnp.where(cut, INACTIVE, mode1))[1]
             cut_record = cut & ((mode1 != INACTIVE) | mask1)
             mask1 = mask1 | cut_record
             kind1 = jnp.where(cut_record, Kind.CUT, kind1)
@@ -672,6 +711,13 @@ class System:
             up2 = jnp.where(stranded, pdot > 0, up2)  # a zero rate: inactive (σ'(0) = 0)
             leave = leave | stranded
             mode2 = jnp.where(stranded, jnp.where(up2, ACTIVE, INACTIVE), mode2)
+            # Units held on their surfaces that left to the inactive side there cut the
+            # units above them that they alone carried.
+            late_cut = self.cut(mode2)[0] & (mode2 != INACTIVE)
+            mask1 = mask1 | late_cut
+            kind1 = jnp.where(late_cut, Kind.CUT, kind1)
+            dir1 = jnp.where(late_cut, jnp.where(mode != INACTIVE, -1, 0), dir1)
+            mode2 = jnp.where(late_cut, INACTIVE, mode2)
         else:
             # Depth 2 keeps the rule of 0.2.4 (each neuron's controls solve their own affine
             # block exactly; its results are unchanged bit for bit, and the authors' batch

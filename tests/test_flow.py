@@ -15,7 +15,7 @@ from conftest import assert_energy_identity, assert_modes_on_their_sides, max_di
 
 import gflow
 from gflow import Kind, Status
-from gflow.reference import balance_invariants, gradient_descent_batch, loss_value, scipy_flow
+from gflow.reference import balance_invariants, filippov_flow, gradient_descent_batch, loss_value, scipy_flow
 from gflow.theory import s1_s2_limit, sample_two_point_data
 
 TIGHT = dict(rtol=1e-12, atol=1e-14)
@@ -106,20 +106,19 @@ def test_against_scipy(widths, n, t1, loss):
 
 
 # ---- conservation laws ---------------------------------------------------------------------
+_SLAVED_T = 1.2  # also saved: compared with filippov_flow below (a slide at depth 4)
+
+
 @functools.cache
 def _balance_run(widths, weight_decay, seeds):
-    """Random problems (5 points) of ``widths`` integrated to t = 1e3 at rtol 1e-10 with 21 saves."""
+    """Random problems (5 points) of ``widths`` integrated to t = 1e3 at rtol 1e-10, saved at
+    t = 1.2 and at 21 times from 0 to 1e3."""
     problems = [_random_problem(seed, widths, 5) for seed in seeds]
     params = [np.stack([p[ell] for p, _, _ in problems]) for ell in range(len(widths) - 1)]
     X, Y = np.stack([X for _, X, _ in problems]), np.stack([Y for _, _, Y in problems])
-    ts = np.linspace(0.0, 1e3, 21)
+    ts = np.sort(np.append(np.linspace(0.0, 1e3, 21), _SLAVED_T))
     sol = gflow.simulate_batch(params, X, Y, t1=1e3, rtol=1e-10, atol=1e-12, weight_decay=weight_decay, saveat=ts)
     return problems, params, X, Y, ts, sol
-
-
-# Members whose energy identity fails today (docs/limitations.md, "The last active unit of a
-# layer at a point"): (widths, weight decay, seed).
-ENERGY_DEFECT = {((3, 3, 3, 3, 2), 0.0, 0)}
 
 
 @pytest.mark.parametrize(
@@ -134,8 +133,7 @@ def test_balance_laws(widths, weight_decay, seeds):
     problems, params, X, Y, ts, sol = _balance_run(widths, weight_decay, seeds)
     assert np.all(sol.status == Status.REACHED_T1)
     assert np.all(sol.crossings.count >= 1)
-    exact = [b for b, seed in enumerate(seeds) if (widths, weight_decay, seed) not in ENERGY_DEFECT]
-    assert_energy_identity(sol, params, X, Y, weight_decay=weight_decay, rel=1e-8, members=exact)
+    assert_energy_identity(sol, params, X, Y, weight_decay=weight_decay, rel=1e-8)
     for b, (p, _, _) in enumerate(problems):
         q0 = balance_invariants(p)
         scale = np.concatenate([np.sum(W**2, axis=1) for W in p[:-1]]) + np.concatenate(
@@ -146,16 +144,29 @@ def test_balance_laws(widths, weight_decay, seeds):
             assert np.max(np.abs(q - q0 * np.exp(-2 * weight_decay * t)) / scale) <= 1e-9
 
 
-@pytest.mark.xfail(strict=True, reason="open defect: docs/limitations.md, the last active unit of a layer at a point")
-def test_energy_identity_where_the_last_active_unit_of_a_point_reaches_its_surface():
+def test_last_active_unit_of_a_point_slides_with_the_units_above_it():
     """Depth 4, seed 0 of the balance-law problems: at t ≈ 0.656 the only active first-layer
-    unit at point 0 reaches its surface, the pre-activations above it there vanish with it,
-    and the engine integrates a unit on the wrong side of its mode (mode gap 0.31 at t = 50):
-    ``L(0) − L(t)`` and ``∫‖θ̇‖²`` differ by 7.1% (measured with 0.2.5). Fails until fixed;
-    when it passes, remove the member from ``ENERGY_DEFECT`` and this mark."""
-    key = ((3, 3, 3, 3, 2), 0.0, (0, 1, 2, 3))
-    _, params, X, Y, _, sol = _balance_run(*key)
-    assert_energy_identity(sol, params, X, Y, rel=1e-8, members=[0])
+    unit at point 0 reaches its surface and slides there until t ≈ 1.046; bias-free, every
+    unit above it at point 0 reaches its own surface at the same instant, and keeps its mode
+    while it slides (the active side's field backpropagates through them). Against
+    ``filippov_flow`` (the min-norm point of the vertex gradients, which takes every unit at
+    its surface as free): the same events to t = 1.05 and the same weights at t = 1.2.
+    (0.2.5 took the active-side rate with the units above cut: the unit stayed active on the
+    inactive side, p = −0.31 at t = 50, and the energy identity failed by 7.1%.)"""
+    problems, _, _, _, ts, sol = _balance_run((3, 3, 3, 3, 2), 0.0, (0, 1, 2, 3))
+    p, X, Y = problems[0]
+    ref = filippov_flow(p, X, Y, t1=_SLAVED_T, rtol=1e-12, atol=1e-14)
+    s = int(np.flatnonzero(ts == _SLAVED_T)[0])
+    assert max_diff([W[0, s] for W in sol.ys], ref.params) <= 1e-7
+    rows = [r for r in sol[0].crossings.rows() if r["t"] < 1.05]
+    starts = [r for r in rows if r["kind"] == "slide_start" and (r["layer"], r["neuron"], r["point"]) == (0, 2, 0)]
+    assert len(starts) == 1 and abs(starts[0]["t"] - 0.6561) < 1e-3
+    above = [r for r in rows if r["t"] == starts[0]["t"] and r["layer"] > 0]
+    assert len(above) == 6 and all(r["point"] == 0 and r["kind"] == "touch" for r in above)
+    mine = sorted((r["layer"], r["neuron"], r["point"], r["kind"], r["t"]) for r in rows if r["kind"] != "touch")
+    theirs = sorted((e.layer, e.neuron, e.point, e.kind, e.t) for e in ref.events if e.t < 1.05)
+    assert [m[:4] for m in mine] == [e[:4] for e in theirs]
+    assert max(abs(m[4] - e[4]) for m, e in zip(mine, theirs)) <= 1e-7
 
 
 # ---- sliding against gradient descent ------------------------------------------------------
