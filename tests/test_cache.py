@@ -1,6 +1,7 @@
 """The command line's persistent compilation cache (``gflow._cache``): where it is, how it
 is turned off, and that a command's programs land in it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -49,3 +50,37 @@ def test_a_command_caches_its_programs_unless_told_not_to(tmp_path):
     off = tmp_path / "off"
     assert "cache dir: None" in run(off, "--no-cache")
     assert not off.exists()
+
+
+# `gflow demo` with one traced function of gflow changed (numerically a no-op): a program
+# that differs from the demo's, as after an edit of gflow's source.
+_EDITED_DEMO = """
+import sys
+import gflow.flow as flow
+norm = flow._theta_norm
+flow._theta_norm = lambda x: norm(x) * 1.0
+from gflow.cli import app
+app(sys.argv[1:], prog_name="gflow")
+"""
+
+
+def test_a_cached_demo_matches_a_compiled_one_and_an_edited_program_misses(tmp_path):
+    folder = tmp_path / "cache"
+
+    def demo(name, code=None):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+        env["GFLOW_CACHE_DIR"] = str(folder)
+        head = [sys.executable, "-c", code] if code else [sys.executable, "-m", "gflow.cli"]
+        args = ["demo", "--seeds", "2", "--t1", "1", "--out", str(tmp_path / name)]
+        proc = subprocess.run([*head, *args], env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads((tmp_path / name / "demo.json").read_text()), sorted(folder.glob("jit_run-*"))
+
+    compiled, programs = demo("compiled")  # an empty cache: compiled here, then written
+    assert len(programs) == 1  # the demo's one integrator program (table and figure)
+    cached, again = demo("cached")
+    assert again == programs  # loaded, nothing new written
+    assert cached == compiled  # bit for bit: JSON floats round-trip exactly
+    edited, after = demo("edited", _EDITED_DEMO)
+    assert len(after) == 2 and set(programs) < set(after)  # its own entry, not the stale one
+    assert edited == compiled
