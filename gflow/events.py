@@ -12,16 +12,20 @@ next (SPEC §2):
 - ``a₊``, ``a₋``: ``ṗ_k`` under the field with ``k``'s slope set to 1 and to 0 (every other
   unit as it is). ``ṗ_k`` is affine in that slope, so the Filippov field on the surface is
   ``c·a₊ + (1−c)·a₋`` for slope ``c``.
-- Arriving from the active side (``p`` fell to 0): the inactive field pushes back
-  (``a₋ > 0``) → sliding starts with ``c = a₋/(a₋ − a₊)``; the active field clearly
-  pushes away (``a₊ > 0``, a graze) → a touch, it stays active (reported as repelling
-  if also ``a₋ < 0``); otherwise → transversal crossing, it becomes inactive (``a₋ ≈ 0``
-  included: by ``σ'(0) = 0`` a unit whose inactive field is tangent, such as a dying
-  neuron, is inactive). Arrivals from the inactive side mirror this.
-- A sliding unit leaves when its control reaches 0 (to the inactive side) or 1 (to the
-  active side); in deep networks also when the joint controls at an event cannot hold it
-  (:meth:`System.release`) or when it drifts off its surface
-  (:func:`gflow.flow._held_guards`), each to the side its one-sided rates point to.
+- Depth 2 (:meth:`System._handle_depth2`): arriving from the active side (``p`` fell to
+  0), the inactive field pushes back (``a₋ > 0``) → sliding starts with ``c = a₋/(a₋ −
+  a₊)``; the active field clearly pushes away (``a₊ > 0``, a graze) → a touch, it stays
+  active (reported as repelling if also ``a₋ < 0``); otherwise → transversal crossing, it
+  becomes inactive (``a₋ ≈ 0`` included: by ``σ'(0) = 0`` a unit whose inactive field is
+  tangent, such as a dying neuron, is inactive). Arrivals from the inactive side mirror
+  this. A sliding unit leaves when its control reaches 0 (to the inactive side) or 1 (to
+  the active side).
+- Deeper networks (:meth:`System._handle_deep`): every unit on its surface at the event
+  (those arriving, those whose control reached 0 or 1, every other sliding unit) is
+  decided at once by the box complementarity problem of :mod:`gflow.sliding`, whose
+  solution says which units slide and to which side the others go; for a single unit it
+  gives the decisions above. A sliding unit's guard also fires when it drifts off its
+  surface (:func:`gflow.flow._held_guards`).
 - A neuron inactive on every point gets zero gradient on its incoming and outgoing
   weights, exactly (its slopes are 0). In the first layer its pre-activations are then
   constant and it never fires again (dead for good). In deeper layers its weights are
@@ -58,12 +62,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import sliding
 from .networks import _times_transpose, forward
+from .sliding import (
+    _SIGN_TOL,
+    _damped_inverse,
+    _damping,
+    _newton_controls,
+    _residual_and_jacobian,
+    _solve_small,
+    _with_controls,
+)
 
 __all__ = ["INACTIVE", "ACTIVE", "SLIDING", "Kind"]
 
 INACTIVE, ACTIVE, SLIDING = 0, 1, 2
-_SIGN_TOL = 1e-10  # relative tolerance deciding the sign of a one-sided rate ṗ
 
 
 def _traced_once(*static_argnums):
@@ -109,11 +122,12 @@ class Kind(enum.IntEnum):
     (direction 0). Only possible when starting on the surface."""
     CUT = 5
     """The unit's point has no activation left in the layer below (none of its units
-    there is active off its surface), so the unit's pre-activation is identically 0 and
-    its rate too, and the flow does not decide its side: by ``σ'(0) = 0`` it is inactive
-    (direction −1 if it was not, else 0). A bias-free network meets this where the last
-    active unit of a layer at a point reaches its surface: every unit above it at that
-    point reaches its own surface at the same instant (:meth:`System.cut`)."""
+    there is active or held on its surface), so the unit's pre-activation is identically
+    0 and its rate too, and the flow does not decide its side: by ``σ'(0) = 0`` it is
+    inactive (direction −1 if it was not, else 0). A bias-free network meets this where
+    the last active unit of a layer at a point leaves its surface to the inactive side,
+    at once or at the end of a slide: every unit above it at that point reached its own
+    surface with it (:meth:`System.cut`, :meth:`System.handle`)."""
 
 
 class System:
@@ -181,10 +195,11 @@ class System:
         out, pre = forward(self.unravel(y), x[None], [s[None] for s in jnp.split(sigma, splits)])
         return out[0], jnp.concatenate([p[0] for p in pre])
 
-    def rates_jacobian(self, y, data, slopes, field, idx, diagonal=False):
+    def rates_jacobian(self, y, data, slopes, field, idx, diagonal=False, norms=False):
         """``∂ṗ_a/∂s_b`` for the units in slots ``idx`` (flat indices, ``P`` for an empty
         slot), ``(K, K)``, at slopes ``slopes`` whose field is ``field``; with
-        ``diagonal``, only ``∂ṗ_a/∂s_a``, ``(K,)``.
+        ``diagonal``, only ``∂ṗ_a/∂s_a``, ``(K,)``; with ``norms``, also ``‖∇p_a‖``,
+        ``(K,)``.
 
         A slope acts at its own point only, and every loss is a sum over points, so with
         ``ℓ_i`` point ``i``'s term, ``s_b`` moves the field by ``v_b = −∂_{s_b}∇ℓ_{i(b)}``
@@ -214,7 +229,8 @@ class System:
         R = jax.vmap(row)(point, position)  # (K, D)
         if diagonal:
             return jnp.sum(R * V, axis=1) + jnp.take_along_axis(Q, position[:, None], axis=1)[:, 0]
-        return R @ V.T + jnp.where(point[:, None] == point[None, :], Q[:, position].T, 0.0)
+        J = R @ V.T + jnp.where(point[:, None] == point[None, :], Q[:, position].T, 0.0)
+        return (J, jnp.linalg.norm(R, axis=1)) if norms else J
 
     @staticmethod
     def base_slopes(mode, control):
@@ -523,121 +539,148 @@ class System:
             has.append(carried)
         return jnp.concatenate(cuts), has
 
-    def release(self, y, data, mode, control):
-        """Deep networks: the sliding units the joint controls cannot hold leave their
-        surfaces, one at a time, each to the side its one-sided rates point to.
-
-        With the sliding set ``K``, solve the controls ``c`` (:meth:`equivalent_control`).
-        If every ``c_j ∈ [0, 1]`` and the rates are zeroed, the set holds. Otherwise the
-        unit farthest out (``max(−c_j, c_j − 1)``, or its rate left over in units of its
-        own sensitivity where the solve could not zero it) leaves, and the rest are solved
-        again: an active-set pass over the box problem ``c ∈ [0, 1]^K``. Unit ``j``'s rate
-        is affine in its own slope ``s`` (nothing but the field's term linear in it depends
-        on the slope of a unit at ``p = 0``): ``ṗ_j(s) = ṗ_j(c_j) + (s − c_j)·d_j`` with
-        ``d_j = ∂ṗ_j/∂s_j`` (:meth:`rates_jacobian`), so its one-sided rates are
-        ``a₊ = ṗ_j(1)`` and ``a₋ = ṗ_j(0)``. It leaves to the active side if both are
-        positive, to the inactive side if both are negative, and to the side of its control
-        otherwise. At a solved ``c_j ∉ [0, 1]`` (``ṗ_j(c_j) = 0``) both have the sign of
-        ``d_j·(s − c_j)``: for ``c_j < 0`` the sign of ``d_j``, for ``c_j > 1`` that of
-        ``−d_j`` — the control's side only when ``d_j < 0``. (Before 0.2.5 the side came
-        from the control alone and the units left all at once; on the 20-point Scale
-        problem of ``benchmarks/deep_scale`` a unit whose rate was positive was made
-        inactive there and its ``p`` rose unwatched to 1.0e-4.)
-
-        Returns ``(mode, control, left, up, pdot)``: the new modes and controls, the units
-        that left (``(P,)`` bool) and to which side (``up``: active), and every unit's rate
-        at the result.
-        """
-        P = self.P
-        unsolved_tol = 1e-6  # a rate left over of this many controls' worth: not held
-
-        def round_(carry):
-            mode, control, left, up, _, it = carry
-            _, c = self.equivalent_control(y, data, mode, control)
-            idx, valid = self.sliding_slots(mode)
-            slopes = self.base_slopes(mode, c)
-            field, pdot = self.field_and_rates(y, data, slopes)
-            d = self.rates_jacobian(y, data, slopes, field, idx, diagonal=True)
-            cK, rK = jnp.append(c, 0.5)[idx], jnp.append(pdot, 0.0)[idx]
-            a_plus, a_minus = rK + (1.0 - cK) * d, rK - cK * d
-            _, scale = _damping(jnp.max(jnp.where(valid, jnp.abs(d), 0.0)))
-            leftover = jnp.abs(rK) / scale - unsolved_tol
-            excess = jnp.where(valid, jnp.maximum(jnp.maximum(-cK, cK - 1.0), leftover), -1.0)
-            j = jnp.argmax(excess)
-            go = excess[j] > 0.0
-            rise = _side_up(a_plus[j], a_minus[j], cK[j])
-            k = jnp.where(go, idx[j], P)  # P: nothing leaves
-            mode = jnp.append(mode, INACTIVE).at[k].set(jnp.where(rise, ACTIVE, INACTIVE).astype(mode.dtype))[:P]
-            left = jnp.append(left, False).at[k].set(True)[:P]
-            up = jnp.append(up, False).at[k].set(rise)[:P]
-            return mode, c, left, up, pdot, jnp.where(go, it + 1, -1)
-
-        def more(carry):
-            return carry[-1] >= 0
-
-        none = jnp.zeros(P, bool)
-        start = (mode, control, none, none, jnp.zeros(P), jnp.zeros((), jnp.int32))
-        mode, control, left, up, pdot, _ = jax.lax.while_loop(more, round_, start)
-        return mode, control, left, up, pdot
-
-    def handle(self, y, data, mode, control, pending, initial=False):
+    def handle(self, y, data, mode, control, pending, initial=False, rate_floor=0.0):
         """Resolve the units in ``pending`` at state ``y`` (they sit on their surfaces).
 
-        Returns ``(mode, control, pending_left, records)`` where ``records`` is a pair of
-        ``(mask, kind, direction)`` triples of ``(P,)`` arrays: the decisions, then the
-        sliding units that had to leave at once when the controls were solved jointly.
-        ``pending_left`` holds units not handled yet (more than ``K`` at once).
+        Returns ``(mode, control, pending_left, records, unresolved)``: ``records`` is a
+        tuple of ``(mask, kind, direction)`` triples of ``(P,)`` arrays, the decisions
+        first; ``pending_left`` holds units not handled yet (more than ``K`` at once);
+        ``unresolved`` is true where the decision could not be solved to tolerance
+        (:attr:`gflow.Status.KINK_UNRESOLVED`). With
+        ``initial``, the units were found on their surfaces at ``t = 0`` (in the inactive
+        mode, by ``σ'(0) = 0``) and only what changes is recorded. ``rate_floor``: rates of
+        units on their surfaces below it count as zero (deep networks; the integrator
+        passes a hundredth of ``atol``, a drift below the integration error).
         """
+        if len(self.hidden_widths) == 1:
+            return self._handle_depth2(y, data, mode, control, pending, initial)
+        return self._handle_deep(y, data, mode, control, pending, initial, rate_floor)
+
+    def _handle_deep(self, y, data, mode, control, pending, initial, rate_floor):
+        """:meth:`handle` for deep networks: every unit on its surface is decided at once
+        by the box complementarity problem (:func:`gflow.sliding.complementarity`).
+
+        The set decided is the pending units and every sliding unit, each started from its
+        present slope (1 from the active side, 0 from the inactive side, its control if it
+        slides). Two cases are structural rather than decided (bias-free networks):
+
+        - *Slaved* units: where pending units are the last active ones of their layer at a
+          point, every unit above them there sits at its surface too, its pre-activation
+          proportional to theirs. They keep the modes they had while the units below stay
+          (on the active side, the field backpropagates through them) and are cut when those
+          leave.
+        - *Cut* units (:meth:`cut`): a point with no activation left in a layer has
+          pre-activation 0 in every unit above it, whatever the weights do; by
+          ``σ'(0) = 0`` they are inactive. A unit held on its surface whose slope then acts
+          on nothing (*stranded*) leaves by the sign of its own rate.
+
+        Cuts change the field, so the problem is solved again on what remains until
+        nothing more is cut (at most one round per hidden layer)."""
         P = self.P
         _, control = self.equivalent_control(y, data, mode, control)
-        # Where pending units are the last active ones of their layer at a point, every
-        # unit above them there sits at its surface too, its pre-activation proportional
-        # to theirs (bias-free): these *slaved* units share their fate. On the active side
-        # they keep the modes they had, so the rates are taken with those modes: the active
-        # field's term through them is what decides whether the pending unit stays. (Taken
-        # with the units above cut, that term vanished, and a unit the active field drives
-        # down "touched" and stayed active on the inactive side.) On the inactive side the
-        # point contributes nothing, whatever their slopes.
-        deep = len(self.hidden_widths) > 1
-        if deep:
-            slaved = self.vanished(jnp.where(pending, INACTIVE, mode)) & ~self.vanished(mode)
-        slopes = self.base_slopes(mode, control)
+        slaved = self.vanished(jnp.where(pending, INACTIVE, mode)) & ~self.vanished(mode)
+        idx = jnp.nonzero(((mode == SLIDING) | pending) & ~slaved, size=self.K, fill_value=P)[0]
+        valid = idx < P
+        decided = jnp.zeros(P + 1, bool).at[idx].set(valid)[:P]
+        start = jnp.append(jnp.where(mode == SLIDING, control, (mode == ACTIVE).astype(control.dtype)), 0.0)[idx]
 
-        # Units ending a slide: leave towards the side their control is closest to (depth 2;
-        # deeper, by their one-sided rates, below).
+        # Units arriving at their surfaces stay on their sides while the sliding units'
+        # controls are solved with them there (first round only).
+        arriving = valid & (jnp.append(mode, SLIDING)[idx] != SLIDING)
+
+        def solve(mode_now, c0, first):
+            """The problem on the units in the slots that are still on their surfaces."""
+            on = valid & (jnp.append(mode_now, INACTIVE)[idx] == SLIDING)
+            base = self.base_slopes(mode_now, jnp.zeros_like(control))
+            dec = sliding.complementarity(
+                self, y, data, base, jnp.where(on, idx, P), on, c0, hold=arriving & first, rate_floor=rate_floor
+            )
+            side = jnp.where(dec.slide, SLIDING, jnp.where(dec.up, ACTIVE, INACTIVE))
+            mode_new = jnp.append(mode_now, INACTIVE).at[idx].set(jnp.where(on, side, jnp.append(mode_now, 0)[idx]))
+            return mode_new[:P].astype(mode.dtype), dec, on
+
+        def round_(carry):
+            mode_now, c, dec, cut_all, _, first = carry
+            mode_new, dec_new, on = solve(mode_now, c, first)
+            dec = jax.tree.map(lambda new, old: jnp.where(on, new, old) if old.ndim else new, dec_new, dec)
+            c = jnp.where(on, dec_new.control, c)
+            # Slaved units are cut when the units below them leave their surfaces to the
+            # inactive side; points without activation cut every unit above them.
+            masters = jnp.where(pending & (mode_new == SLIDING) & (mode != SLIDING), ACTIVE, mode_new)
+            cut = (self.cut(mode_new)[0] | (slaved & self.vanished(masters))) & (mode_new != INACTIVE)
+            mode_new = jnp.where(cut, INACTIVE, mode_new)
+            # Held units whose slope acts on nothing leave by the sign of their own rate.
+            rate = jnp.append(jnp.zeros(P), 0.0).at[idx].set(jnp.where(on, dec_new.a_minus, 0.0))[:P]
+            stranded = (mode_new == SLIDING) & self.cut(mode_new)[1]
+            mode_new = jnp.where(stranded, jnp.where(rate > 0, ACTIVE, INACTIVE), mode_new).astype(mode.dtype)
+            return mode_new, c, dec, cut_all | cut, jnp.any(cut | stranded), jnp.zeros((), bool)
+
+        mode0 = jnp.where(decided, SLIDING, mode).astype(mode.dtype)  # every decided unit: on its surface
+        empty = sliding.Decision(
+            control=start, slide=valid, up=jnp.zeros_like(valid), a_plus=jnp.zeros_like(start),
+            a_minus=jnp.zeros_like(start), residual=jnp.zeros(()), iterations=jnp.zeros((), jnp.int32),
+        )  # fmt: skip
+        carry = (mode0, start, empty, jnp.zeros(P, bool), jnp.ones((), bool), jnp.ones((), bool))
+        rounds = jax.lax.while_loop(lambda c: c[-2], round_, carry)
+        mode1, cK, dec, cut, *_ = rounds
+        control1 = jnp.append(control, 0.0).at[idx].set(jnp.where(valid, cK, jnp.append(control, 0.0)[idx]))[:P]
+
+        # Records: each unit decided, by where it was and where it went.
+        was_sliding = mode == SLIDING
+        arrived = decided & ~was_sliding
+        slides = mode1 == SLIDING
+        crossed = arrived & ~slides & (mode1 != mode)
+        kind_q = lambda v: jnp.full(P, int(v), jnp.int32)  # noqa: E731
+        a_plus = jnp.append(jnp.zeros(P), 0.0).at[idx].set(jnp.where(valid, dec.a_plus, 0.0))[:P]
+        a_minus = jnp.append(jnp.zeros(P), 0.0).at[idx].set(jnp.where(valid, dec.a_minus, 0.0))[:P]
+        tol = _SIGN_TOL * (jnp.abs(a_plus) + jnp.abs(a_minus))
+        repel = arrived & ~slides & ~crossed & (a_plus > tol) & (a_minus < -tol)
+        kind = jnp.select(
+            [cut & (mode != INACTIVE), was_sliding & ~slides, arrived & slides, crossed, repel],
+            [
+                kind_q(Kind.CUT),
+                kind_q(Kind.SLIDE_END),
+                kind_q(Kind.SLIDE_START),
+                kind_q(Kind.CROSS),
+                kind_q(Kind.REPEL),
+            ],
+            kind_q(Kind.TOUCH),
+        )
+        up = mode1 == ACTIVE
+        direction = jnp.where(
+            kind == Kind.CUT, -1, jnp.where((kind == Kind.SLIDE_END) | crossed, jnp.where(up, 1, -1), 0)
+        )
+        if initial:
+            mask = (decided | cut) & ((mode1 != mode) | repel)
+        else:
+            mask = (decided & ~(was_sliding & slides)) | (cut & (mode != INACTIVE)) | (pending & slaved)
+        handled = decided | (pending & slaved)
+        unresolved = jnp.any(valid) & (dec.residual > sliding.SOLVED)
+        return mode1, control1, pending & ~handled, ((mask, kind, direction.astype(jnp.int32)),), unresolved
+
+    def _handle_depth2(self, y, data, mode, control, pending, initial):
+        """:meth:`handle` for depth 2 (0.2.4's rule, its results unchanged bit for bit):
+        each arriving unit is decided by its one-sided rates, and a sliding unit whose
+        control (each neuron's block solved exactly) leaves ``[0, 1]`` goes to that side."""
+        P = self.P
+        _, control = self.equivalent_control(y, data, mode, control)
+        slopes = self.base_slopes(mode, control)
+        # Units ending a slide leave towards the side their control is closest to.
         ending = pending & (mode == SLIDING)
         up = control >= 0.5
-        # Units arriving at a surface: one-sided rates, at most K of them per call.
+        # Units arriving at a surface: one tiny field evaluation per side and unit, at
+        # most K of them per call.
         idx = jnp.nonzero(pending & (mode != SLIDING), size=self.K, fill_value=P)[0]
         valid = idx < P
-        if deep:
-            # A unit's rate is affine in its own slope at its surface (nothing depends on
-            # the slope of a unit at p = 0 but the field's term linear in it): both rates
-            # from the rates now and their derivatives in the own slopes, point by point.
-            field, pdot = self.field_and_rates(y, data, slopes)
-            derivative = self.rates_jacobian(y, data, slopes, field, idx, diagonal=True)
-            rate, own = jnp.append(pdot, 0.0)[idx], jnp.append(slopes, 0.0)[idx]
-            a_plus, a_minus = rate + (1.0 - own) * derivative, rate - own * derivative
-            # Units ending a slide leave to the side both one-sided rates point to (their
-            # control reached 0 or 1: one of them is at round-off; or they drifted off their
-            # surfaces, :func:`gflow.flow._held_guards`, where the controls could not zero
-            # their rates), else to the side of their control (as :meth:`release`).
-            end_idx = jnp.nonzero(ending, size=self.K, fill_value=P)[0]
-            end_d = self.rates_jacobian(y, data, slopes, field, end_idx, diagonal=True)
-            end_r, end_c = jnp.append(pdot, 0.0)[end_idx], jnp.append(slopes, 0.0)[end_idx]
-            end_up = _side_up(end_r + (1.0 - end_c) * end_d, end_r - end_c * end_d, end_c)
-            up = jnp.append(up, False).at[end_idx].set(end_up)[:P]
-        else:
-            # Depth 2: one tiny field evaluation per side and unit (the pieces above made
-            # the authors' 288-seed batch a third slower: 0.068 s against 0.047 s).
-            def rates(k):
-                def rate(value):
-                    _, pdot = self.field_and_rates(y, data, jnp.append(slopes, 0.0).at[k].set(value)[:P])
-                    return jnp.append(pdot, 0.0)[k]
 
-                return rate(1.0), rate(0.0)
+        def rates(k):
+            def rate(value):
+                _, pdot = self.field_and_rates(y, data, jnp.append(slopes, 0.0).at[k].set(value)[:P])
+                return jnp.append(pdot, 0.0)[k]
 
-            a_plus, a_minus = jax.vmap(rates)(idx)
+            return rate(1.0), rate(0.0)
+
+        a_plus, a_minus = jax.vmap(rates)(idx)
         tol = _SIGN_TOL * (jnp.abs(a_plus) + jnp.abs(a_minus))
         plus_pos, plus_neg = a_plus > tol, a_plus < -tol
         minus_pos, minus_neg = a_minus > tol, a_minus < -tol
@@ -661,11 +704,6 @@ class System:
             down = was_active & ~stay & ~slide
             rise = ~was_active & ~stay & ~slide
             repel = stay & jnp.where(was_active, minus_neg, plus_pos)
-        if deep:
-            # Slaved units follow the units below them: they keep their modes (a touch)
-            # unless those leave, and then they are cut (below).
-            follow = jnp.append(slaved, False)[idx]
-            slide, down, rise, repel = (m & ~follow for m in (slide, down, rise, repel))
         new_mode_q = jnp.where(
             slide, SLIDING, jnp.where(down, INACTIVE, jnp.where(rise, ACTIVE, jnp.append(mode, 0)[idx]))
         )
@@ -688,45 +726,13 @@ class System:
         kind1 = jnp.where(ending, Kind.SLIDE_END, put(jnp.zeros(P, jnp.int32), kind_q.astype(jnp.int32)))
         dir1 = jnp.where(ending, jnp.where(up, 1, -1), put(jnp.zeros(P, jnp.int32), dir_q.astype(jnp.int32)))
         handled = ending | put(jnp.zeros(P, bool), valid)
-        stranded = jnp.zeros(P, bool)
-        if deep:
-            # Slaved units whose units below left their surfaces (to the inactive side) are
-            # cut, and so are units above a point whose activations vanish after these
-            # decisions; units held on their surfaces whose control now acts on nothing
-            # (stranded) leave by the sign of their own rate, solved below.
-            masters = jnp.where(pending & (mode1 == SLIDING) & (mode != SLIDING), ACTIVE, mode1)
-            cut = self.cut(mode1)[0] | (slaved & self.vanished(masters))
-            strand = self.cut(jnp.where(cut, INACTIVE, mode1))[1]
-            cut_record = cut & ((mode1 != INACTIVE) | mask1)
-            mask1 = mask1 | cut_record
-            kind1 = jnp.where(cut_record, Kind.CUT, kind1)
-            dir1 = jnp.where(cut_record, jnp.where(mode != INACTIVE, -1, 0), dir1)
-            mode1 = jnp.where(cut, INACTIVE, mode1)
-            stranded = (mode1 == SLIDING) & strand
-            mode1 = jnp.where(stranded, INACTIVE, mode1)  # their slope acts on nothing
-
-        # Joint controls of the new sliding set; units they cannot hold leave now.
-        if deep:
-            mode2, control2, leave, up2, pdot = self.release(y, data, mode1, control1)
-            up2 = jnp.where(stranded, pdot > 0, up2)  # a zero rate: inactive (σ'(0) = 0)
-            leave = leave | stranded
-            mode2 = jnp.where(stranded, jnp.where(up2, ACTIVE, INACTIVE), mode2)
-            # Units held on their surfaces that left to the inactive side there cut the
-            # units above them that they alone carried.
-            late_cut = self.cut(mode2)[0] & (mode2 != INACTIVE)
-            mask1 = mask1 | late_cut
-            kind1 = jnp.where(late_cut, Kind.CUT, kind1)
-            dir1 = jnp.where(late_cut, jnp.where(mode != INACTIVE, -1, 0), dir1)
-            mode2 = jnp.where(late_cut, INACTIVE, mode2)
-        else:
-            # Depth 2 keeps the rule of 0.2.4 (each neuron's controls solve their own affine
-            # block exactly; its results are unchanged bit for bit, and the authors' batch
-            # stays as fast): a control below 0 leaves to the inactive side, above 1 to the
-            # active side.
-            _, control2 = self.equivalent_control(y, data, mode1, control1)
-            up2 = control2 > 1.0
-            leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0))
-            mode2 = jnp.where(leave, jnp.where(up2, ACTIVE, INACTIVE), mode1)
+        # Joint controls of the new sliding set (each neuron's controls solve their own
+        # affine block exactly): a control below 0 leaves to the inactive side, above 1 to
+        # the active side.
+        _, control2 = self.equivalent_control(y, data, mode1, control1)
+        up2 = control2 > 1.0
+        leave = (mode1 == SLIDING) & ((control2 < 0.0) | (control2 > 1.0))
+        mode2 = jnp.where(leave, jnp.where(up2, ACTIVE, INACTIVE), mode1)
         leave_dir = jnp.where(up2, 1, -1).astype(jnp.int32)
         # A unit that would start sliding and leave in the same instant has simply crossed
         # (or touched, if it leaves to the side it came from): one event, one record.
@@ -738,145 +744,7 @@ class System:
             (mask1, kind1, dir1),
             (leave & ~merged, jnp.full(P, int(Kind.SLIDE_END), jnp.int32), leave_dir),
         )
-        return mode2.astype(mode.dtype), control2, pending & ~handled, records
-
-
-def _side_up(a_plus, a_minus, control):
-    """Whether a unit leaving its surface goes to the active side: where both one-sided
-    rates point (signs decided with ``_SIGN_TOL``), else to the side its control is
-    closest to."""
-    tol = _SIGN_TOL * (jnp.abs(a_plus) + jnp.abs(a_minus))
-    both_up = (a_plus > tol) & (a_minus > tol)
-    both_down = (a_plus < -tol) & (a_minus < -tol)
-    return both_up | (~both_down & (control >= 0.5))
-
-
-_NEWTON_TOL = 1e-13  # sliding rates / their sensitivity to the controls at which Newton stops
-_NEWTON_MAX = 12  # Newton steps at most (singular or disconnected controls)
-_NEWTON_NOISE = 1e-6  # below this (same measure), a step that fails to halve the rates meets round-off
-_CHORD_MAX = 8  # chord steps before falling back to Newton
-# Sensitivities of the sliding rates to their controls below this count as none. A unit
-# whose weights weight decay shrinks towards 0 reaches its surface with rates and
-# sensitivity at 1e-127 (depth 4, λ = 1e-2, t ≈ 9e4); damping relative to such a J
-# underflows in the derivative the implicit solvers take (J⁴), and the step went non-finite.
-_SENSITIVITY_FLOOR = 1e-50
-
-
-def _with_controls(base, idx, valid, cK):
-    """``base`` (slopes or controls, ``(P,)``) with ``cK`` written at the sliding slots ``idx``."""
-    return jnp.append(base, 0.0).at[idx].set(jnp.where(valid, cK, 0.0))[: base.shape[0]]
-
-
-def _rates_residual(system, cK, *, y, data, base, idx, valid):
-    """The sliding units' rates ``ṗ`` with controls ``cK`` in slots ``idx`` (unused slots:
-    ``cK`` itself, an identity row)."""
-    _, pdot = system.field_and_rates(y, data, _with_controls(base, idx, valid, cK))
-    return jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
-
-
-def _residual_and_jacobian(system, cK, *, y, data, base, idx, valid):
-    """:func:`_rates_residual` and its Jacobian in ``cK`` (:meth:`System.rates_jacobian`;
-    unused slots: identity rows and columns)."""
-    slopes = _with_controls(base, idx, valid, cK)
-    field, pdot = system.field_and_rates(y, data, slopes)
-    r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
-    J = system.rates_jacobian(y, data, slopes, field, idx)
-    return jnp.where(valid[:, None] & valid[None, :], J, jnp.eye(idx.shape[0])), r
-
-
-def _damped_inverse(J, valid):
-    """``J⁻¹`` (as ``(JᵀJ + μI)⁻¹Jᵀ``) with Levenberg–Marquardt damping ``μ = (1e-7·scale)²``,
-    which keeps it finite where a control has (almost) no effect on the rates (e.g. a unit
-    disconnected downstream); and ``scale``, the largest ``|J|`` among the sliding units
-    (``valid`` slots: the identity rows of unused slots do not count), at least
-    ``_SENSITIVITY_FLOOR``. The damping is relative to the rates' own sensitivity: near a
-    stationary point of weight decay ``J`` can be 1e-9, where a fixed damping of 1e-14
-    would shorten each Newton step to a fraction of a percent and leave the controls near
-    their start."""
-    both = valid[:, None] & valid[None, :]
-    mu, scale = _damping(jnp.max(jnp.where(both, jnp.abs(J), 0.0)))
-    return _solve_small(J.T @ J + mu * jnp.eye(J.shape[0]), J.T), scale
-
-
-def _damping(sensitivity):
-    """``(μ, scale)``: the sliding rates' sensitivity to their controls floored at
-    ``_SENSITIVITY_FLOOR`` (``scale``), and the Levenberg–Marquardt damping ``(1e-7·scale)²``."""
-    scale = jnp.maximum(sensitivity, _SENSITIVITY_FLOOR)
-    return (1e-7 * scale) ** 2, scale
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _newton_controls(system, y, data, c, base, idx, valid, chord):
-    """Deep networks' sliding controls, from the last controls ``c``: chord iterations, then
-    Newton's method if they have not converged. The rates are multilinear in the controls
-    and ``c`` is close, so the chord (one Jacobian, :meth:`System.rates_jacobian`, at ``c``
-    or carried in ``chord`` from a nearby state, :meth:`System.chord`) converges in a few
-    steps of one rate evaluation each, where each Newton step pays for a new Jacobian.
-    Both stop once the rates, relative to their sensitivity to the controls, are at
-    ``_NEWTON_TOL``, or once a step fails to halve them below ``_NEWTON_NOISE`` (there the
-    iterations would converge quadratically, so only round-off stops them: when the rates
-    are a small difference of large terms, near a stationary point, their round-off can
-    sit above ``_NEWTON_TOL``), and take one more step from there.
-    The loops are never differentiated: the derivative (implicit solvers differentiate
-    the field) comes from the implicit function theorem at the solution
-    (:func:`_newton_controls_jvp`)."""
-    kw = dict(y=y, data=data, base=base, idx=idx, valid=valid)
-    residual = functools.partial(_rates_residual, system, **kw)
-    if chord is None:
-        J, r = _residual_and_jacobian(system, c, **kw)
-        inverse, scale = _damped_inverse(J, valid)
-    else:
-        (inverse, scale), r = chord, residual(c)
-
-    def chord_step(carry):
-        c, step, res, i, _ = carry
-        r = residual(c - step)
-        res_new = jnp.max(jnp.abs(r))
-        # Kept only while the residual at least halves (a far start, e.g. no warm
-        # controls, can make the chord diverge): else Newton goes on from the last kept.
-        good = res_new <= 0.5 * res
-        return (
-            jnp.where(good, c - step, c), jnp.where(good, inverse @ r, step),
-            jnp.where(good, res_new, res), i + 1, good,
-        )  # fmt: skip
-
-    def chord_unsolved(carry):
-        _, _, res, i, good = carry
-        return good & (i < _CHORD_MAX) & (res > _NEWTON_TOL * scale)
-
-    res0 = jnp.max(jnp.abs(r))
-    c, step, res, _, good = jax.lax.while_loop(
-        chord_unsolved, chord_step, (c, inverse @ r, res0, 0, jnp.isfinite(res0))
-    )
-
-    def newton(carry):
-        c, res, _, _, i = carry
-        J, r = _residual_and_jacobian(system, c, **kw)
-        inverse, scale = _damped_inverse(J, valid)
-        # ``prev``: the residual one step back (none for the first, computed where the chord stopped).
-        return c - inverse @ r, jnp.max(jnp.abs(r)), jnp.where(i == 0, jnp.inf, res), scale, i + 1
-
-    def unsolved(carry):
-        _, res, prev, scale, i = carry
-        stalled = (res > 0.5 * prev) & (res <= _NEWTON_NOISE * scale)
-        return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale) & ~stalled
-
-    # Converged chords enter with ``res`` at tolerance: no Newton step, just the last chord
-    # step. A chord that stalled at round-off enters stalled: no Newton step either.
-    c = jnp.where(res > _NEWTON_TOL * scale, c, c - step)
-    prev = jnp.where(good, jnp.inf, res)
-    return jax.lax.while_loop(unsolved, newton, (c, res, prev, scale, 0))[0]
-
-
-@_newton_controls.defjvp
-def _newton_controls_jvp(system, primals, tangents):
-    """``J·dc = −dr``: the rates stay zero to first order."""
-    y, data, c0, base, idx, valid, _ = primals
-    c = _newton_controls(system, *primals)
-    J, _ = _residual_and_jacobian(system, c, y=y, data=data, base=base, idx=idx, valid=valid)
-    residual = functools.partial(_rates_residual, system, base=base, idx=idx, valid=valid)
-    _, r_dot = jax.jvp(lambda y, data: residual(c, y=y, data=data), (y, data), tuple(tangents[:2]))
-    return c, -_damped_inverse(J, valid)[0] @ r_dot
+        return mode2.astype(mode.dtype), control2, pending & ~handled, records, jnp.zeros((), bool)
 
 
 # Depth 2 with at most this many points: per-neuron block solves. Each block is n × n
@@ -903,25 +771,3 @@ def _solve_entries(A, b):
         pivot = [v / M[col][col] for v in M[col]]
         M = [pivot if r == col else [v - M[r][col] * p for v, p in zip(M[r], pivot)] for r in range(n)]
     return [M[r][n] for r in range(n)]
-
-
-def _solve_small(A, b):
-    """Solve ``A x = b`` for small ``(..., n, n)`` systems (any leading axes; ``b`` is
-    ``(..., n)`` or a matrix ``(..., n, m)`` of right-hand sides) by Gauss–Jordan
-    elimination with partial pivoting, unrolled and written with selects only: under
-    ``vmap`` on CPU this is far cheaper than a batched LAPACK call for the tiny systems of
-    sliding controls, and it fuses with the code around it."""
-    n = A.shape[-1]
-    vector = b.ndim == A.ndim - 1
-    M = jnp.concatenate([A, b[..., None] if vector else b], axis=-1)
-    rows = jnp.arange(n)
-    for col in range(n):
-        piv = jnp.argmax(jnp.where(rows >= col, jnp.abs(M[..., :, col]), -1.0), axis=-1)
-        is_piv = (rows == piv[..., None])[..., None]  # (..., n, 1)
-        row_piv = jnp.sum(jnp.where(is_piv, M, 0.0), axis=-2, keepdims=True)
-        row_col = M[..., col : col + 1, :]
-        is_col = (rows == col)[:, None]
-        M = jnp.where(is_col, row_piv, jnp.where(is_piv, row_col, M))
-        pivot_row = M[..., col : col + 1, :] / M[..., col : col + 1, col : col + 1]
-        M = jnp.where(is_col, pivot_row, M - M[..., :, col : col + 1] * pivot_row)
-    return M[..., :, n] if vector else M[..., :, n:]

@@ -101,6 +101,7 @@ class _State(NamedTuple):
     status: jax.Array
     slot: jax.Array
     mode0: jax.Array
+    unresolved: jax.Array
     data: tuple
 
 
@@ -228,25 +229,26 @@ def compiled(cfg: Config):
             )  # fmt: skip
 
             def initial_events(args):
-                mode, control, *buffers = args
-                handle = functools.partial(system.handle, initial=True)
-                mode, control, _, records = vmap(handle)(y, data, mode, control, on_surface)
+                mode, control, _, *buffers = args
+                handle = functools.partial(system.handle, initial=True, rate_floor=_RATE_FLOOR * atol)
+                mode, control, _, records, unresolved = vmap(handle)(y, data, mode, control, on_surface)
                 # A given sliding unit decided afresh records its slide's end (unless it
                 # slides on), not the decision of a unit arriving at its surface.
-                (mask, kind, direction), left = records
+                (mask, kind, direction), *rest = records
                 ended = gone & (mode != ev.SLIDING)
                 records = (
                     (mask & ~gone, kind, direction),
-                    left,
+                    *rest,
                     (ended, jnp.full((L, P), int(ev.Kind.SLIDE_END), jnp.int32), jnp.where(mode == ev.ACTIVE, 1, -1)),
                 )
-                return (mode, control) + _write(records, jnp.zeros(L), *buffers)
+                return (mode, control, unresolved) + _write(records, jnp.zeros(L), *buffers)
 
+            unresolved = jnp.zeros(L, bool)
             if cfg.through:
-                mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = (mode, control) + buffers
+                mode, control, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = (mode, control, unresolved) + buffers
             else:
-                mode, control, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
-                    jnp.any(on_surface), initial_events, lambda a: a, (mode, control) + buffers
+                mode, control, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+                    jnp.any(on_surface), initial_events, lambda a: a, (mode, control, unresolved) + buffers
                 )
             armed = armed & (mode != ev.SLIDING)
             n_sliding = jnp.max(jnp.sum(mode == ev.SLIDING, axis=1))  # most units sliding in any lane
@@ -273,7 +275,7 @@ def compiled(cfg: Config):
                 made_jump=jnp.zeros(L, bool), forced=jnp.zeros(L, bool), pending=jnp.zeros((L, P), bool), armed=armed,
                 ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind, ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
                 n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i, status=jnp.full(L, int(Status.RUNNING), jnp.int32),
-                slot=idx.astype(jnp.int32), mode0=mode, data=data,
+                slot=idx.astype(jnp.int32), mode0=mode, unresolved=unresolved, data=data,
             )  # fmt: skip
 
         def init_lanes(idx):
@@ -403,11 +405,13 @@ def compiled(cfg: Config):
 
         def member_handle(y, mode, control, pending, data):
             before, involved = mode, pending | (mode == ev.SLIDING)  # involved: at their surfaces
-            mode, control, pending, records = system.handle(y, data, mode, control, pending)
+            mode, control, pending, records, unresolved = system.handle(
+                y, data, mode, control, pending, rate_floor=_RATE_FLOOR * atol
+            )
             if len(cfg.hidden_widths) > 1:
                 mode, settled = _settle(system, y, data, before, mode, control, involved, rtol, atol)
                 records = records + (settled,)
-            return mode, control, pending, records
+            return mode, control, pending, records, unresolved
 
         def member_checks(y, mode, control, data, n_sliding, chord):
             if not (cfg.use_gtol or cfg.use_dtol):
@@ -464,7 +468,7 @@ def compiled(cfg: Config):
                     lambda: (s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
                 )  # fmt: skip
                 mode = jnp.where(done[:, None], o["mode_end"], s.mode)
-                control, pending = s.control, s.pending
+                control, pending, unresolved = s.control, s.pending, s.unresolved
                 involved = pending
             else:
                 # The guards of units off their surfaces do not depend on the sliding
@@ -486,10 +490,10 @@ def compiled(cfg: Config):
                 # inactive while its p grew to 1e-3). They are resolved with the others.
                 late = o["late"] & forced_done[:, None] & ~s.pending
                 involved = s.pending | late
-                mode, control, pending, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+                mode, control, pending, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
                     jnp.any(forced_done & running),
                     lambda: _handle_all(vmap(member_handle)(o["y1"], s.mode, s.control, involved, data), forced_done, o["t_next"], s),
-                    lambda: (s.mode, s.control, s.pending, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
+                    lambda: (s.mode, s.control, s.pending, s.unresolved, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
                 )  # fmt: skip
             if not cfg.through:
                 # After an ordinary accepted step the sliding controls at its end (solved
@@ -527,6 +531,7 @@ def compiled(cfg: Config):
             step_collapsed = ~o["keep"] & (o["dt_new"] <= 1e-14 * jnp.maximum(jnp.abs(s.t), 1.0))
             status = jnp.select(
                 [
+                    unresolved,
                     step_collapsed & ~o["finite"],
                     ~jnp.isfinite(dt),
                     (n_ev > E) & (not cfg.through),
@@ -539,7 +544,7 @@ def compiled(cfg: Config):
                     n_iter >= max_steps,
                 ],
                 [
-                    Status.NONFINITE, Status.NONFINITE, Status.MAX_EVENTS, Status.SLIDING_LIMIT, Status.REACHED_T1,
+                    Status.KINK_UNRESOLVED, Status.NONFINITE, Status.NONFINITE, Status.MAX_EVENTS, Status.SLIDING_LIMIT, Status.REACHED_T1,
                     Status.CONVERGED, Status.LOSS_BELOW, Status.DIRECTION_SETTLED, Status.STEP_SIZE, Status.MAX_STEPS,
                 ],
                 Status.RUNNING,
@@ -549,7 +554,7 @@ def compiled(cfg: Config):
                 made_jump=made_jump, forced=forced, pending=pending, armed=armed, ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind,
                 ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
                 n_acc=s.n_acc + accept, n_rej=s.n_rej + (~o["keep"] & ~has_event), n_iter=n_iter, status=status,
-                slot=s.slot, mode0=s.mode0, data=s.data,
+                slot=s.slot, mode0=s.mode0, unresolved=unresolved, data=s.data,
             )  # fmt: skip
             return jax.tree.map(lambda a, b: jnp.where(_bcast(running, a), a, b), new, s)
 
@@ -560,12 +565,15 @@ def compiled(cfg: Config):
             return jax.lax.cond(jnp.any(finished), refill, lambda c, f: c, (new, out, next_), finished)
 
         def _handle_all(out, done, t_event, s):
-            mode, control, pending, records = out
+            mode, control, pending, records, unresolved = out
             records = jax.tree.map(lambda a: jnp.where(_bcast(done, a), a, jnp.zeros_like(a)), records)
             mode = jnp.where(done[:, None], mode, s.mode)
             control = jnp.where(done[:, None], control, s.control)
             pending = jnp.where(done[:, None], pending, s.pending)
-            return (mode, control, pending) + _write(records, t_event, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev)
+            unresolved = s.unresolved | (done & unresolved)
+            return (mode, control, pending, unresolved) + _write(
+                records, t_event, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev
+            )
 
         def _save(s, o, accepted):
             if S == 0:
@@ -628,6 +636,7 @@ def compiled(cfg: Config):
 
 
 _IDLE = -1  # a lane with no trajectory left to integrate
+_RATE_FLOOR = 1e-2  # times atol: rates of units on their surfaces that count as zero at a kink
 
 
 def _theta_norm(x):

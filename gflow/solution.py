@@ -25,6 +25,7 @@ class Status(enum.IntEnum):
     STEP_SIZE = 7
     SLIDING_LIMIT = 8
     DIRECTION_SETTLED = 9
+    KINK_UNRESOLVED = 10
 
     @property
     def message(self) -> str:
@@ -46,6 +47,10 @@ _MESSAGES = {
     Status.STEP_SIZE: "the step size collapsed to round-off (no progress in t)",
     Status.SLIDING_LIMIT: "more units slide at once than max_sliding allows; raise max_sliding",
     Status.DIRECTION_SETTLED: "the direction θ/‖θ‖ has settled: tan ∠(θ, dθ/dt) fell below dtol",
+    Status.KINK_UNRESOLVED: (
+        "at a kink no decision of the units on their surfaces (which slide, which leave to which side) "
+        "satisfied its conditions to tolerance (gflow.sliding.complementarity); the state there is kept"
+    ),
 }
 
 

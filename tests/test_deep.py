@@ -397,7 +397,7 @@ def test_sliding_rates_jacobian_is_the_autodiff_jacobian():
 
     import jax.numpy as jnp
 
-    from gflow import events
+    from gflow import events, sliding
     from gflow.flow import _unravel_for
 
     widths, n, K = (3, 4, 5, 3, 1), 6, 16
@@ -411,16 +411,16 @@ def test_sliding_rates_jacobian_is_the_autodiff_jacobian():
         y = np.concatenate([rng.normal(size=s).reshape(-1) for s in shapes])
         data = (X, Y, wd)
         mode = np.where(np.asarray(system.preacts(y, data)) > 0, events.ACTIVE, events.INACTIVE)
-        sliding = np.sort(rng.choice(system.P, 10, replace=False))
-        mode[sliding] = events.SLIDING
-        idx = jnp.asarray(np.append(sliding, [system.P] * (K - 10)))
+        held = np.sort(rng.choice(system.P, 10, replace=False))
+        mode[held] = events.SLIDING
+        idx = jnp.asarray(np.append(held, [system.P] * (K - 10)))
         base = system.base_slopes(jnp.asarray(mode), jnp.zeros(system.P))
         kw = dict(y=y, data=data, base=base, idx=idx, valid=idx < system.P)
         c = np.where(idx < system.P, rng.uniform(size=K), 0.0)
         # Jitted: op by op, the two would compile hundreds of small kernels for each loss.
-        residual = jax.jit(functools.partial(events._rates_residual, system, **kw))
+        residual = jax.jit(functools.partial(sliding._rates_residual, system, **kw))
         expected = jax.jit(jax.jacfwd(residual))(c)
-        J, r = jax.jit(functools.partial(events._residual_and_jacobian, system, **kw))(c)
+        J, r = jax.jit(functools.partial(sliding._residual_and_jacobian, system, **kw))(c)
         assert np.max(np.abs(r - residual(c))) == 0.0
         assert max_diff(J, expected) <= 1e-12 * np.max(np.abs(expected)), loss
 
