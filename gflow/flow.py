@@ -122,171 +122,118 @@ def ravel(params):
 
 @functools.lru_cache(maxsize=64)
 def compiled(cfg: Config):
-    """The jitted batch integrator for one configuration."""
-    system = ev.System(_unravel_for(cfg.shapes), cfg.loss, cfg.n, cfg.hidden_widths, cfg.max_sliding)
-    base_solver = _SOLVERS[cfg.solver]()
-    P, E, M = system.P, cfg.max_events, cfg.event_samples
+    """The jitted batch integrator for one configuration, and its :class:`gflow.events.System`."""
+    program = _Program(cfg)
+    return jax.jit(program.run), program.system
 
-    if cfg.through:
-        # Kinks are not stopped at: the slopes are the ReLU derivatives at the state itself
-        # (σ'(0) = 0), so the field is the plain autodiff gradient and the step controller
-        # absorbs the kinks; crossings are read off the dense solution afterwards. A
-        # first-layer neuron inactive at every point at the step's start is dead for good
-        # (events.System.dead_first_layer): its slopes stay 0 whatever the sign of its p,
-        # which weight decay takes below atol, where the solver leaves its sign to noise.
-        def slopes_of(y, data, mode, control, n_sliding, chord=None):
-            live = (system.preacts(y, data) > 0) & ~system.dead_first_layer(mode)
+
+class _Call(NamedTuple):
+    """What one call of the integrator fixes for every stage."""
+
+    t1: jax.Array
+    rtol: jax.Array
+    atol: jax.Array
+    gtol: jax.Array
+    ltol: jax.Array
+    dtol: jax.Array
+    ts: jax.Array
+    max_steps: jax.Array
+    solver: object
+    controller: object
+    L: int  # lanes
+    S: int  # save times
+    pid_reset: object = None  # the step controller's state at a lane's start
+
+
+class _Program:
+    """One compiled program: the stages of the integrator for one :class:`Config`.
+
+    :meth:`run` is the whole call: start a lane per trajectory, iterate, collect. Each
+    iteration (:meth:`_iteration`) reads top to bottom: **step** every running member
+    (:meth:`_attempt`: one solver step and its event guards), **locate** the earliest
+    crossing of the members whose guards changed sign (:meth:`_locate`), **resolve** the
+    kinks at the end of forced steps (:meth:`_resolve`), **advance** the accepted members
+    and check the **stops** (:meth:`_advance`)."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.system = ev.System(_unravel_for(cfg.shapes), cfg.loss, cfg.n, cfg.hidden_widths, cfg.max_sliding)
+        self.base_solver = _SOLVERS[cfg.solver]()
+        self.P, self.E, self.M = self.system.P, cfg.max_events, cfg.event_samples
+        self.deep = len(cfg.hidden_widths) > 1
+        self.terms = diffrax.ODETerm(self.vector_field)
+        self.error_order = self.base_solver.order(self.terms) + 1
+        # Shallow networks: the stages written out (the loop over stages costs more than the
+        # tiny field). Deeper ones keep Diffrax's stage loop: there the field dominates, and
+        # writing out the stages would multiply the compile time of the sliding-control solves.
+        shallow = len(cfg.shapes) == 2 and cfg.solver not in _IMPLICIT
+        self.rk = _explicit_rk(self.base_solver.tableau, self.vector_field) if shallow else None
+        # Called before the loop and again inside it (refill): jitted, with every input an
+        # argument, so that it is traced once (see events._traced_once).
+        self.start_lanes = jax.jit(self._start_lanes)
+
+    # ---- the field ------------------------------------------------------------------------
+    def slopes_of(self, y, data, mode, control, n_sliding, chord=None):
+        """Every unit's slope. With ``events="through"`` kinks are not stopped at: the slopes
+        are the ReLU derivatives at the state itself (σ'(0) = 0), so the field is the plain
+        autodiff gradient and the step controller absorbs the kinks; crossings are read off
+        the dense solution afterwards. A first-layer neuron inactive at every point at the
+        step's start is dead for good (events.System.dead_first_layer): its slopes stay 0
+        whatever the sign of its p, which weight decay takes below atol, where the solver
+        leaves its sign to noise."""
+        if self.cfg.through:
+            live = (self.system.preacts(y, data) > 0) & ~self.system.dead_first_layer(mode)
             return live.astype(y.dtype)
-    else:
-        slopes_of = system.slopes
+        return self.system.slopes(y, data, mode, control, n_sliding, chord)
 
-    def vector_field(t, y, args):
-        # The state is θ followed by one more entry, E(t) = ∫₀ᵗ ‖θ̇‖² ds, which the
-        # fields never read (``unravel`` stops at θ): the energy identity's right side.
+    def vector_field(self, t, y, args):
+        """The state is θ followed by one more entry, E(t) = ∫₀ᵗ ‖θ̇‖² ds, which the fields
+        never read (``unravel`` stops at θ): the energy identity's right side."""
         mode, control, data, n_sliding, chord = args
-        f = system.field(y, data, slopes_of(y, data, mode, control, n_sliding, chord))
+        f = self.system.field(y, data, self.slopes_of(y, data, mode, control, n_sliding, chord))
         return f.at[-1].set(jnp.sum(f[:-1] ** 2))
 
-    terms = diffrax.ODETerm(vector_field)
-    deep = len(cfg.hidden_widths) > 1
+    def held_guards(self, g, p, mode, noise):
+        return _held_guards(g, p, mode, noise) if self.deep else g
 
-    def held_guards(g, p, mode, noise):
-        return _held_guards(g, p, mode, noise) if deep else g
-
-    error_order = base_solver.order(terms) + 1
-    # Shallow networks: the stages written out (the loop over stages costs more than the
-    # tiny field). Deeper ones keep Diffrax's stage loop: there the field dominates, and
-    # writing out the stages would multiply the compile time of the sliding-control solves.
-    shallow = len(cfg.shapes) == 2 and cfg.solver not in _IMPLICIT
-    rk = _explicit_rk(base_solver.tableau, vector_field) if shallow else None
-
-    def tools(rtol, atol):
+    def tools(self, rtol, atol):
         """The solver and the step controller at these tolerances. Both measure errors on
         θ alone: the energy entry of the state is carried, never controlled, so the steps
         (and every result) are those of the flow of θ by itself."""
-        solver = base_solver
-        if cfg.solver in _IMPLICIT:
+        solver = self.base_solver
+        if self.cfg.solver in _IMPLICIT:
             # The implicit stages' Newton (chord) iterations stop at the step tolerances.
             solver = eqx.tree_at(
                 lambda s: (s.root_finder.rtol, s.root_finder.atol, s.root_finder.norm),
                 solver,
                 (rtol, atol, _theta_norm),
             )
+        cfg = self.cfg
         controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff, norm=_theta_norm)
         return solver, controller
 
-    vmap_loss = jax.vmap(system.loss)
+    def interpolant(self, c, t0, t_next, dense):
+        return c.solver.interpolation_cls(t0=t0, t1=t_next, **dense)
 
-    def run(y0, X, Y, wd, modes, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
-        # Only the first ``count`` of the N rows are integrated; the rest are padding
-        # (never started, results left at zero), so a padded batch costs no extra work.
+    # ---- the whole call -------------------------------------------------------------------
+    def run(self, y0, X, Y, wd, modes, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
+        """Integrate the first ``count`` of the ``N`` rows of ``y0`` (the rest are padding:
+        never started, results left at zero, so a padded batch costs no extra work)."""
+        cfg, system, P, E = self.cfg, self.system, self.P, self.E
         N, L, S = y0.shape[0], cfg.lanes, len(ts)
-        loss0 = vmap_loss(y0, (X, Y, wd))
+        loss0 = jax.vmap(system.loss)(y0, (X, Y, wd))
         y0 = jnp.concatenate([y0, jnp.zeros((N, 1), y0.dtype)], axis=1)  # θ, then E = 0
         count = jnp.minimum(jnp.asarray(count, jnp.int32), N)
-        solver, controller = tools(rtol, atol)
-        vmap = jax.vmap
-
-        # ---- a fresh lane per trajectory ---------------------------------------------------
-        # Called before the loop and again inside it (refill): jitted, with every input an
-        # argument, so that it is traced once (see events._traced_once).
-        @jax.jit
-        def start_lanes(idx, y0, X, Y, wd, modes, t1, rtol, atol, ts):
-            """Lane states for trajectories ``idx`` (``(L,)``), at t = 0."""
-            solver, controller = tools(rtol, atol)
-
-            def member_init(y, data, given):
-                # Given modes (a continued run; checked against the signs by the caller)
-                # are kept; the others follow the signs, p = 0 decided below.
-                p = system.preacts(y, data)
-                mode = jnp.where(given >= 0, given, jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE)).astype(jnp.int8)
-                return mode, (p == 0.0) & (given < 0), jnp.abs(p) > _noise(p, rtol, atol)
-
-            def member_recheck(y, data, mode, on_surface):
-                # A given sliding unit whose control falls outside [0, 1] (a run continued
-                # with another field: data, loss, weight decay) is no longer held by its
-                # surface; its guard, min(c, 1 - c), would start negative and never fire.
-                # It is decided afresh with the units on their surfaces.
-                _, c = system.equivalent_control(y, data, mode, jnp.zeros(P))
-                gone = (mode == ev.SLIDING) & ((c < 0.0) | (c > 1.0))
-                return jnp.where(gone, ev.INACTIVE, mode).astype(mode.dtype), on_surface | gone, gone
-
-            y = y0[idx]
-            data = (X[idx], Y[idx], wd[idx])
-            mode, on_surface, armed = vmap(member_init)(y, data, modes[idx])
-            gone = jnp.zeros((L, P), bool)
-            if not cfg.through:
-                mode, on_surface, gone = jax.lax.cond(
-                    jnp.any(mode == ev.SLIDING),
-                    lambda a: vmap(member_recheck)(y, data, *a),
-                    lambda a: a + (gone,),
-                    (mode, on_surface),
-                )
-            control = jnp.zeros((L, P))
-            buffers = (
-                jnp.full((L, E), jnp.nan), jnp.full((L, E), -1, jnp.int32), jnp.full((L, E), -1, jnp.int32),
-                jnp.zeros((L, E), jnp.int32), jnp.zeros(L, jnp.int32),
-            )  # fmt: skip
-
-            def initial_events(args):
-                mode, control, _, *buffers = args
-                handle = functools.partial(system.handle, initial=True, rate_floor=_RATE_FLOOR * atol)
-                mode, control, _, records, unresolved = vmap(handle)(y, data, mode, control, on_surface)
-                # A given sliding unit decided afresh records its slide's end (unless it
-                # slides on), not the decision of a unit arriving at its surface.
-                (mask, kind, direction), *rest = records
-                ended = gone & (mode != ev.SLIDING)
-                records = (
-                    (mask & ~gone, kind, direction),
-                    *rest,
-                    (ended, jnp.full((L, P), int(ev.Kind.SLIDE_END), jnp.int32), jnp.where(mode == ev.ACTIVE, 1, -1)),
-                )
-                return (mode, control, unresolved) + _write(records, jnp.zeros(L), *buffers)
-
-            unresolved = jnp.zeros(L, bool)
-            if cfg.through:
-                mode, control, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = (mode, control, unresolved) + buffers
-            else:
-                mode, control, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
-                    jnp.any(on_surface), initial_events, lambda a: a, (mode, control, unresolved) + buffers
-                )
-            armed = armed & (mode != ev.SLIDING)
-            n_sliding = jnp.max(jnp.sum(mode == ev.SLIDING, axis=1))  # most units sliding in any lane
-
-            def member_start(y, mode, control, data):
-                chord = None if cfg.through else system.chord(y, data, mode, control, n_sliding)
-                args = (mode, control, data, n_sliding, chord)
-                t_next, pid = controller.init(terms, 0.0, t1, y, None, args, solver.func, error_order)
-                fsal = solver.init(terms, 0.0, t_next, y, args) if rk is None else vector_field(0.0, y, args)
-                return t_next, pid, fsal
-
-            dt0, pid0, fsal0 = vmap(member_start)(y, mode, control, data)
-            dt0 = jnp.minimum(dt0, t1)
-            saved = jnp.full((L, S) + y.shape[1:], jnp.nan)
-            save_i = jnp.zeros(L, jnp.int32)
-            if S:
-                at0 = ts[0] <= 0.0
-                saved = saved.at[:, 0].set(jnp.where(at0, y, jnp.nan))
-                save_i = save_i + at0.astype(jnp.int32)
-            zeros_i = jnp.zeros(L, jnp.int32)
-            return _State(
-                t=jnp.zeros(L), y=y, mode=mode, control=control, dt=dt0, dt_resume=dt0,
-                pid=jax.tree.map(lambda a: jnp.broadcast_to(a, (L,) + jnp.shape(a)[1:]), pid0), fsal=fsal0,
-                made_jump=jnp.zeros(L, bool), forced=jnp.zeros(L, bool), pending=jnp.zeros((L, P), bool), armed=armed,
-                ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind, ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
-                n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i, status=jnp.full(L, int(Status.RUNNING), jnp.int32),
-                slot=idx.astype(jnp.int32), mode0=mode, unresolved=unresolved, data=data,
-            )  # fmt: skip
-
-        def init_lanes(idx):
-            return start_lanes(idx.astype(jnp.int32), y0, X, Y, wd, modes, t1, rtol, atol, ts)
+        solver, controller = self.tools(rtol, atol)
+        c = _Call(t1, rtol, atol, gtol, ltol, dtol, ts, max_steps, solver, controller, L, S)
+        inputs = (y0, X, Y, wd, modes, t1, rtol, atol, ts)
 
         lanes0 = jnp.arange(L)
-        state = init_lanes(jnp.minimum(lanes0, jnp.maximum(count - 1, 0)))
+        state = self.start_lanes(jnp.minimum(lanes0, jnp.maximum(count - 1, 0)).astype(jnp.int32), *inputs)
         state = state._replace(
             status=jnp.where(lanes0 < count, state.status, _IDLE), slot=jnp.where(lanes0 < count, state.slot, N)
         )
-        pid_reset = state.pid
+        c = c._replace(pid_reset=state.pid)
         out = dict(
             y=jnp.zeros_like(y0), t=jnp.zeros(N), status=jnp.zeros(N, jnp.int32), mode=jnp.zeros((N, P), jnp.int8),
             mode0=jnp.zeros((N, P), jnp.int8), ev_t=jnp.zeros((N, E)), ev_k=jnp.zeros((N, E), jnp.int32),
@@ -295,330 +242,446 @@ def compiled(cfg: Config):
             n_iter=jnp.zeros(N, jnp.int32),
         )  # fmt: skip
 
-        def refill(carry, finished):
-            """Write finished lanes' results, start the next queued trajectories there."""
-            state, out, next_ = carry
-            where = jnp.where(finished, state.slot, N)  # N: dropped
-            out = {k: v.at[where].set(getattr(state, k), mode="drop") for k, v in out.items()}
-            new_idx = next_ + jnp.cumsum(finished, dtype=jnp.int32) - 1
-            take = finished & (new_idx < count)
-            fresh = init_lanes(jnp.where(take, new_idx, 0))
-            state = jax.tree.map(lambda f, o: jnp.where(_bcast(take, f), f, o), fresh, state)
-            state = state._replace(
-                status=jnp.where(finished & ~take, _IDLE, state.status), slot=jnp.where(finished & ~take, N, state.slot)
-            )
-            return state, out, next_ + jnp.sum(finished, dtype=jnp.int32)
-
-        # ---- one iteration -----------------------------------------------------------------
-        def interpolant(t0, t_next, dense):
-            return solver.interpolation_cls(t0=t0, t1=t_next, **dense)
-
-        def member_step(s, data, n_sliding, chord):
-            h = jnp.where(s.forced, s.dt, jnp.minimum(s.dt, t1 - s.t))
-            t_next = s.t + h
-            args = (s.mode, s.control, data, n_sliding, chord)
-            if rk is None:
-                y1, y_err, dense, fsal1, _ = solver.step(terms, s.t, t_next, s.y, args, s.fsal, s.made_jump)
-            else:
-                y1, y_err, dense, fsal1 = rk(s.t, t_next, s.y, args, s.fsal)
-            keep, _, next_t1, _, pid1, _ = controller.adapt_step_size(
-                s.t, t_next, s.y, y1, args, y_err, error_order, s.pid
-            )
-            finite = jnp.all(jnp.isfinite(y1)) & jnp.all(jnp.isfinite(y_err))
-            # A non-finite candidate (e.g. a sliding control that becomes singular inside
-            # the step) is a rejected step: retry with a quarter of the step.
-            keep = keep & finite
-            dt_new = jnp.where(finite, next_t1 - jnp.where(keep, t_next, s.t), 0.25 * h)
-            # Guards at the start, interior samples and end of the step.
-            interp = interpolant(s.t, t_next, dense)
-            taus = s.t + h * jnp.arange(1, M) / M
-            ys = jnp.concatenate([s.y[None], vmap(interp.evaluate)(taus), y1[None]])
-            common = dict(t_next=t_next, y1=y1, dense=dense, fsal1=fsal1, pid1=pid1, dt_new=dt_new, finite=finite)
-            if cfg.through:
-                # Crossings between samples of the dense solution, timed by linear
-                # interpolation of the pre-activation between the two samples.
-                p = vmap(lambda y: system.preacts(y, data))(ys)
-                pos = (p > 0) & ~system.dead_first_layer(s.mode)
-                flip = pos[:-1] != pos[1:]
-                t_s = jnp.concatenate([s.t[None], taus, t_next[None]])
-                frac = jnp.clip(p[:-1] / jnp.where(flip, p[:-1] - p[1:], 1.0), 0.0, 1.0)
-                return dict(
-                    common, keep=keep, has_event=jnp.zeros((), bool), lo=t_next, hi=t_next, armed=s.armed,
-                    flip=flip, t_cross=t_s[:-1, None] + (t_s[1:] - t_s[:-1])[:, None] * frac,
-                    dirs=jnp.where(pos[1:], 1, -1), mode_end=jnp.where(pos[-1], ev.ACTIVE, ev.INACTIVE).astype(s.mode.dtype),
-                )  # fmt: skip
-            G, C, p = vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding, chord))(ys)
-            G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
-            # A unit that has not yet left the round-off band since its last event fires
-            # only once it is clearly past its surface (no events from noise).
-            noise = _noise(jnp.where(s.mode == ev.SLIDING, 0.0, G[0]), rtol, atol)
-            G = held_guards(G, p, s.mode, noise)
-            shift = jnp.where(s.armed, 0.0, noise)
-            G = G + shift
-            cross = (G[:-1] > 0) & (G[1:] <= 0)
-            hit = jnp.any(cross, axis=1)
-            m = jnp.argmax(hit)
-            has_event = keep & ~s.forced & jnp.any(hit) & finite
-            lo = s.t + h * m / M
-            hi = jnp.where(m == M - 1, t_next, s.t + h * (m + 1) / M)
-            return dict(
-                common, keep=keep | s.forced, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m], control1=C[-1],
-                G_hi=G[m + 1], shift=shift, noise=noise, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0), late=G[-1] <= 0,
-            )  # fmt: skip
-
-        def member_locate(s, o, data, n_sliding, chord):
-            """Illinois on H(τ) = min over candidates of their guards; keeps H(lo) > 0 ≥ H(hi)."""
-            interp = interpolant(s.t, o["t_next"], o["dense"])
-
-            def H(tau):
-                y = interp.evaluate(tau)
-                g, _, p = system.guards(y, data, s.mode, s.control, n_sliding, chord)
-                g = held_guards(jnp.where(jnp.isnan(g), -1.0, g), p, s.mode, o["noise"]) + o["shift"]
-                return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
-
-            f_lo = jnp.min(jnp.where(o["cand"], o["G_lo"], jnp.inf))
-            f_hi = jnp.min(jnp.where(o["cand"], o["G_hi"], jnp.inf))
-            tol = 4 * jnp.finfo(jnp.float64).eps * jnp.maximum(jnp.abs(o["hi"]), 1.0)
-
-            def cond(c):
-                lo, hi, *_, it = c
-                return (hi - lo > tol) & (it < 200) & o["has_event"]
-
-            def body(c):
-                lo, hi, f_lo, f_hi, g_hi, side, it = c
-                tau = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
-                # Every third iteration, or when the secant leaves the bracket, bisect.
-                bad = ~jnp.isfinite(tau) | (tau <= lo) | (tau >= hi) | (it % 3 == 2)
-                tau = jnp.where(bad, 0.5 * (lo + hi), tau)
-                f, g = H(tau)
-                right = f <= 0
-                # Illinois: halve the retained end's value when the same side is kept twice.
-                f_lo_new = jnp.where(right, jnp.where(side == 1, 0.5 * f_lo, f_lo), f)
-                f_hi_new = jnp.where(right, f, jnp.where(side == -1, 0.5 * f_hi, f_hi))
-                return (
-                    jnp.where(right, lo, tau), jnp.where(right, tau, hi), f_lo_new, f_hi_new,
-                    jnp.where(right, g, g_hi), jnp.where(right, 1, -1), it + 1,
-                )  # fmt: skip
-
-            lo, hi, _, _, g_hi, _, _ = jax.lax.while_loop(cond, body, (o["lo"], o["hi"], f_lo, f_hi, o["G_hi"], 0, 0))
-            return hi, o["cand"] & (g_hi <= 0)
-
-        def member_handle(y, mode, control, pending, data):
-            before, involved = mode, pending | (mode == ev.SLIDING)  # involved: at their surfaces
-            mode, control, pending, records, unresolved = system.handle(
-                y, data, mode, control, pending, rate_floor=_RATE_FLOOR * atol
-            )
-            if len(cfg.hidden_widths) > 1:
-                mode, settled = _settle(system, y, data, before, mode, control, involved, rtol, atol)
-                records = records + (settled,)
-            return mode, control, pending, records, unresolved
-
-        def member_checks(y, mode, control, data, n_sliding, chord):
-            if not (cfg.use_gtol or cfg.use_dtol):
-                return jnp.inf, (system.loss(y, data) if cfg.use_ltol else jnp.inf), jnp.inf
-            f = system.field(y, data, slopes_of(y, data, mode, control, n_sliding, chord))
-            loss = system.loss(y, data) if cfg.use_ltol else jnp.inf
-            # How fast the direction moves per unit of log‖θ‖: ‖d(θ/‖θ‖)/d log‖θ‖‖ =
-            # ‖f_⊥‖/(θ̂·f) = tan ∠(θ, f), infinite while ‖θ‖ does not grow.
-            radial = jnp.dot(y, f) / jnp.maximum(jnp.linalg.norm(y[:-1]), 1e-300)  # f[-1] = 0: θ only
-            tangential = jnp.sqrt(jnp.maximum(jnp.dot(f, f) - radial**2, 0.0))
-            speed = jnp.where(radial > 0, tangential / jnp.where(radial > 0, radial, 1.0), jnp.inf)
-            return (jnp.linalg.norm(f) if cfg.use_gtol else jnp.inf), loss, (speed if cfg.use_dtol else jnp.inf)
-
-        def step(s: _State):
-            data = s.data
-            running = s.status == Status.RUNNING
-            n_sliding = jnp.max(jnp.sum((s.mode == ev.SLIDING) & running[:, None], axis=1))
-            if rk is not None:
-                # The first stage is the field at the step's start: carried over from the
-                # last accepted step (first same as last) unless a forced step changed modes.
-                fresh = s.made_jump & running
-                s = s._replace(
-                    fsal=jax.lax.cond(
-                        jnp.any(fresh),
-                        lambda: jnp.where(
-                            fresh[:, None],
-                            vmap(vector_field, in_axes=(0, 0, (0, 0, 0, None, None)))(
-                                s.t, s.y, (s.mode, s.control, data, n_sliding, None)
-                            ),
-                            s.fsal,
-                        ),
-                        lambda: s.fsal,
-                    )
-                )
-            # Deep networks: one Jacobian of the sliding rates per step, at its start, for
-            # the sliding controls of all its stages and guards (System.chord).
-            chord = None
-            if not cfg.through:
-                chord = vmap(system.chord, in_axes=(0, 0, 0, 0, None))(s.y, data, s.mode, s.control, n_sliding)
-            o = vmap(member_step, in_axes=(0, 0, None, 0))(s, data, n_sliding, chord)
-            has_event = o["has_event"] & running
-            accept = o["keep"] & ~has_event & o["finite"]
-            forced_done = accept & s.forced
-            if cfg.through:
-                t_e, new_pending = o["hi"], s.pending
-                done = accept & running
-                records = [
-                    (o["flip"][:, m] & done[:, None], jnp.full((L, P), int(ev.Kind.CROSS), jnp.int32), o["dirs"][:, m])
-                    for m in range(M)
-                ]  # fmt: skip
-                ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
-                    jnp.any(o["flip"] & done[:, None, None]),
-                    lambda: _write(records, [o["t_cross"][:, m] for m in range(M)], s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
-                    lambda: (s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
-                )  # fmt: skip
-                mode = jnp.where(done[:, None], o["mode_end"], s.mode)
-                control, pending, unresolved = s.control, s.pending, s.unresolved
-                involved = pending
-            else:
-                # The guards of units off their surfaces do not depend on the sliding
-                # controls (held units output exactly 0 to the layers above): locating
-                # an event solves the controls only if some candidate slides.
-                slides = o["cand"] & (s.mode == ev.SLIDING) & has_event[:, None]
-                locate_sliding = jnp.where(jnp.any(slides), n_sliding, 0)
-                t_e, new_pending = jax.lax.cond(
-                    jnp.any(has_event),
-                    lambda: vmap(member_locate, in_axes=(0, 0, 0, None, 0))(s, o, data, locate_sliding, chord),
-                    lambda: (o["hi"], jnp.zeros((L, P), bool)),
-                )
-                # Resolve the crossings at the end of forced steps. Units past their
-                # surfaces there that were not located (``late``) crossed at the same
-                # instant to within the step's error: the forced step ends a little off
-                # the interpolant the crossing was located on, and a guard already
-                # non-positive at a step's start never changes sign (two aligned
-                # first-layer neurons crossing together, depth 4: the second stayed
-                # inactive while its p grew to 1e-3). They are resolved with the others.
-                late = o["late"] & forced_done[:, None] & ~s.pending
-                involved = s.pending | late
-                mode, control, pending, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
-                    jnp.any(forced_done & running),
-                    lambda: _handle_all(vmap(member_handle)(o["y1"], s.mode, s.control, involved, data), forced_done, o["t_next"], s),
-                    lambda: (s.mode, s.control, s.pending, s.unresolved, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
-                )  # fmt: skip
-            if not cfg.through:
-                # After an ordinary accepted step the sliding controls at its end (solved
-                # for its last guard) warm-start the next step's equivalent controls.
-                control = jnp.where((accept & ~s.forced)[:, None], o["control1"], control)
-            changed = (pending != involved) | (mode != s.mode)
-            armed = jnp.where(accept[:, None], o["armed"] & ~changed, s.armed)
-            pending = jnp.where(has_event[:, None], new_pending, pending)
-            more = forced_done & jnp.any(pending, axis=1)
-            t = jnp.where(accept, o["t_next"], s.t)
-            y = jnp.where(accept[:, None], o["y1"], s.y)
-            dt = jnp.where(
-                has_event, t_e - s.t,
-                jnp.where(forced_done, jnp.where(more, 0.0, s.dt_resume), o["dt_new"]),
-            )  # fmt: skip
-            dt_resume = jnp.where(has_event, jnp.where(o["keep"], o["dt_new"], s.dt), s.dt_resume)
-            pid = jax.tree.map(
-                lambda new, old, r: jnp.where(forced_done, r, jnp.where(has_event, old, new)),
-                o["pid1"],
-                s.pid,
-                pid_reset,
-            )
-            fsal = jax.tree.map(
-                lambda new, old: jnp.where(_bcast(accept & ~s.forced, new), new, old), o["fsal1"], s.fsal
-            )
-            made_jump = jnp.where(forced_done, True, jnp.where(accept, False, s.made_jump))
-            forced = has_event | more
-            # Save requested times inside accepted steps.
-            saved, save_i = _save(s, o, accept & running)
-            # Stopping.
-            gnorm, loss, speed = vmap(member_checks, in_axes=(0, 0, 0, 0, None, 0))(
-                y, mode, control, data, n_sliding, chord
-            )
-            n_iter = s.n_iter + 1
-            step_collapsed = ~o["keep"] & (o["dt_new"] <= 1e-14 * jnp.maximum(jnp.abs(s.t), 1.0))
-            status = jnp.select(
-                [
-                    unresolved,
-                    step_collapsed & ~o["finite"],
-                    ~jnp.isfinite(dt),
-                    (n_ev > E) & (not cfg.through),
-                    jnp.sum(mode == ev.SLIDING, axis=1) > cfg.max_sliding,
-                    accept & ~forced & (t >= t1),
-                    accept & ~forced & (gnorm < gtol),
-                    accept & ~forced & (loss < ltol),
-                    accept & ~forced & (speed < dtol),
-                    step_collapsed,
-                    n_iter >= max_steps,
-                ],
-                [
-                    Status.KINK_UNRESOLVED, Status.NONFINITE, Status.NONFINITE, Status.MAX_EVENTS, Status.SLIDING_LIMIT, Status.REACHED_T1,
-                    Status.CONVERGED, Status.LOSS_BELOW, Status.DIRECTION_SETTLED, Status.STEP_SIZE, Status.MAX_STEPS,
-                ],
-                Status.RUNNING,
-            ).astype(jnp.int32)  # fmt: skip
-            new = _State(
-                t=t, y=y, mode=mode, control=control, dt=dt, dt_resume=dt_resume, pid=pid, fsal=fsal,
-                made_jump=made_jump, forced=forced, pending=pending, armed=armed, ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind,
-                ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
-                n_acc=s.n_acc + accept, n_rej=s.n_rej + (~o["keep"] & ~has_event), n_iter=n_iter, status=status,
-                slot=s.slot, mode0=s.mode0, unresolved=unresolved, data=s.data,
-            )  # fmt: skip
-            return jax.tree.map(lambda a, b: jnp.where(_bcast(running, a), a, b), new, s)
-
         def body(carry):
             state, out, next_ = carry
-            new = step(state)
+            new = self._iteration(c, state)
             finished = (state.status == Status.RUNNING) & (new.status != Status.RUNNING)
+            refill = functools.partial(self._refill, N, count, inputs)
             return jax.lax.cond(jnp.any(finished), refill, lambda c, f: c, (new, out, next_), finished)
-
-        def _handle_all(out, done, t_event, s):
-            mode, control, pending, records, unresolved = out
-            records = jax.tree.map(lambda a: jnp.where(_bcast(done, a), a, jnp.zeros_like(a)), records)
-            mode = jnp.where(done[:, None], mode, s.mode)
-            control = jnp.where(done[:, None], control, s.control)
-            pending = jnp.where(done[:, None], pending, s.pending)
-            unresolved = s.unresolved | (done & unresolved)
-            return (mode, control, pending, unresolved) + _write(
-                records, t_event, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev
-            )
-
-        def _save(s, o, accepted):
-            if S == 0:
-                return s.saved, s.save_i
-
-            def due(c):
-                saved, i = c
-                return accepted & (i < S) & (ts[jnp.minimum(i, S - 1)] <= o["t_next"])
-
-            def body(c):
-                saved, i = c
-                d = due(c)
-                tau = ts[jnp.minimum(i, S - 1)]
-                y = vmap(lambda t0, t_next, dense, tau: interpolant(t0, t_next, dense).evaluate(tau))(
-                    s.t, o["t_next"], o["dense"], tau
-                )
-                y = jnp.where((tau >= o["t_next"])[:, None], o["y1"], y)
-                rows = jnp.arange(L)
-                cur = saved[rows, jnp.minimum(i, S - 1)]
-                saved = saved.at[rows, jnp.minimum(i, S - 1)].set(jnp.where(d[:, None], y, cur))
-                return saved, i + d
-
-            return jax.lax.while_loop(lambda c: jnp.any(due(c)), body, (s.saved, s.save_i))
 
         carry = (state, out, jnp.minimum(jnp.int32(L), count))
         _, out, _ = jax.lax.while_loop(lambda c: jnp.any(c[0].status == Status.RUNNING), body, carry)
         data = (X, Y, wd)
         if cfg.through:
-            final_slopes = lambda y, data, mode: slopes_of(y, data, mode, None, False)
+            final_slopes = lambda y, data, mode: self.slopes_of(y, data, mode, None, False)  # noqa: E731
         else:
-            final_slopes = lambda y, data, mode: system.equivalent_control(y, data, mode, jnp.zeros(P))[0]
-        gnorm = vmap(lambda y, mode, data: jnp.linalg.norm(system.field(y, data, final_slopes(y, data, mode))))(
+            final_slopes = lambda y, data, mode: system.equivalent_control(y, data, mode, jnp.zeros(P))[0]  # noqa: E731
+        gnorm = jax.vmap(lambda y, mode, data: jnp.linalg.norm(system.field(y, data, final_slopes(y, data, mode))))(
             out["y"], out["mode"], data
         )
-        loss = vmap(system.loss)(out["y"], data)
+        loss = jax.vmap(system.loss)(out["y"], data)
         out["energy"], out["y"] = out["y"][:, -1], out["y"][:, :-1]
         out["saved_energy"], out["saved"] = out["saved"][..., -1], out["saved"][..., :-1]
         out["loss0"] = loss0
         return out, loss, gnorm
 
-    def _write(records, t_event, ev_t, ev_k, ev_kind, ev_dir, n_ev):
+    # ---- lanes ----------------------------------------------------------------------------
+    def _start_lanes(self, idx, y0, X, Y, wd, modes, t1, rtol, atol, ts):
+        """Lane states for trajectories ``idx`` (``(L,)``), at t = 0."""
+        cfg, system, P, E, vmap = self.cfg, self.system, self.P, self.E, jax.vmap
+        L, S = idx.shape[0], len(ts)
+        solver, controller = self.tools(rtol, atol)
+
+        def member_init(y, data, given):
+            # Given modes (a continued run; checked against the signs by the caller)
+            # are kept; the others follow the signs, p = 0 decided below.
+            p = system.preacts(y, data)
+            mode = jnp.where(given >= 0, given, jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE)).astype(jnp.int8)
+            return mode, (p == 0.0) & (given < 0), jnp.abs(p) > _noise(p, rtol, atol)
+
+        def member_recheck(y, data, mode, on_surface):
+            # A given sliding unit whose control falls outside [0, 1] (a run continued
+            # with another field: data, loss, weight decay) is no longer held by its
+            # surface; its guard, min(c, 1 - c), would start negative and never fire.
+            # It is decided afresh with the units on their surfaces.
+            _, c = system.equivalent_control(y, data, mode, jnp.zeros(P))
+            gone = (mode == ev.SLIDING) & ((c < 0.0) | (c > 1.0))
+            return jnp.where(gone, ev.INACTIVE, mode).astype(mode.dtype), on_surface | gone, gone
+
+        y = y0[idx]
+        data = (X[idx], Y[idx], wd[idx])
+        mode, on_surface, armed = vmap(member_init)(y, data, modes[idx])
+        gone = jnp.zeros((L, P), bool)
+        if not cfg.through:
+            mode, on_surface, gone = jax.lax.cond(
+                jnp.any(mode == ev.SLIDING),
+                lambda a: vmap(member_recheck)(y, data, *a),
+                lambda a: a + (gone,),
+                (mode, on_surface),
+            )
+        control = jnp.zeros((L, P))
+        buffers = (
+            jnp.full((L, E), jnp.nan), jnp.full((L, E), -1, jnp.int32), jnp.full((L, E), -1, jnp.int32),
+            jnp.zeros((L, E), jnp.int32), jnp.zeros(L, jnp.int32),
+        )  # fmt: skip
+
+        def initial_events(args):
+            mode, control, _, *buffers = args
+            handle = functools.partial(system.handle, initial=True, rate_floor=_RATE_FLOOR * atol)
+            mode, control, _, records, unresolved = vmap(handle)(y, data, mode, control, on_surface)
+            # A given sliding unit decided afresh records its slide's end (unless it
+            # slides on), not the decision of a unit arriving at its surface.
+            (mask, kind, direction), *rest = records
+            ended = gone & (mode != ev.SLIDING)
+            records = (
+                (mask & ~gone, kind, direction),
+                *rest,
+                (ended, jnp.full((L, P), int(ev.Kind.SLIDE_END), jnp.int32), jnp.where(mode == ev.ACTIVE, 1, -1)),
+            )
+            return (mode, control, unresolved) + self._write(records, jnp.zeros(L), *buffers)
+
+        unresolved = jnp.zeros(L, bool)
+        if cfg.through:
+            mode, control, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = (mode, control, unresolved) + buffers
+        else:
+            mode, control, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+                jnp.any(on_surface), initial_events, lambda a: a, (mode, control, unresolved) + buffers
+            )
+        armed = armed & (mode != ev.SLIDING)
+        n_sliding = jnp.max(jnp.sum(mode == ev.SLIDING, axis=1))  # most units sliding in any lane
+
+        def member_start(y, mode, control, data):
+            chord = None if cfg.through else system.chord(y, data, mode, control, n_sliding)
+            args = (mode, control, data, n_sliding, chord)
+            t_next, pid = controller.init(self.terms, 0.0, t1, y, None, args, solver.func, self.error_order)
+            if self.rk is None:
+                fsal = solver.init(self.terms, 0.0, t_next, y, args)
+            else:
+                fsal = self.vector_field(0.0, y, args)
+            return t_next, pid, fsal
+
+        dt0, pid0, fsal0 = vmap(member_start)(y, mode, control, data)
+        dt0 = jnp.minimum(dt0, t1)
+        saved = jnp.full((L, S) + y.shape[1:], jnp.nan)
+        save_i = jnp.zeros(L, jnp.int32)
+        if S:
+            at0 = ts[0] <= 0.0
+            saved = saved.at[:, 0].set(jnp.where(at0, y, jnp.nan))
+            save_i = save_i + at0.astype(jnp.int32)
+        zeros_i = jnp.zeros(L, jnp.int32)
+        return _State(
+            t=jnp.zeros(L), y=y, mode=mode, control=control, dt=dt0, dt_resume=dt0,
+            pid=jax.tree.map(lambda a: jnp.broadcast_to(a, (L,) + jnp.shape(a)[1:]), pid0), fsal=fsal0,
+            made_jump=jnp.zeros(L, bool), forced=jnp.zeros(L, bool), pending=jnp.zeros((L, P), bool), armed=armed,
+            ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind, ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
+            n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i, status=jnp.full(L, int(Status.RUNNING), jnp.int32),
+            slot=idx.astype(jnp.int32), mode0=mode, unresolved=unresolved, data=data,
+        )  # fmt: skip
+
+    def _refill(self, N, count, inputs, carry, finished):
+        """Write finished lanes' results, start the next queued trajectories there."""
+        state, out, next_ = carry
+        where = jnp.where(finished, state.slot, N)  # N: dropped
+        out = {k: v.at[where].set(getattr(state, k), mode="drop") for k, v in out.items()}
+        new_idx = next_ + jnp.cumsum(finished, dtype=jnp.int32) - 1
+        take = finished & (new_idx < count)
+        fresh = self.start_lanes(jnp.where(take, new_idx, 0).astype(jnp.int32), *inputs)
+        state = jax.tree.map(lambda f, o: jnp.where(_bcast(take, f), f, o), fresh, state)
+        state = state._replace(
+            status=jnp.where(finished & ~take, _IDLE, state.status), slot=jnp.where(finished & ~take, N, state.slot)
+        )
+        return state, out, next_ + jnp.sum(finished, dtype=jnp.int32)
+
+    # ---- one iteration --------------------------------------------------------------------
+    def _iteration(self, c, s: _State):
+        """One iteration of every running lane: step, locate, resolve, advance, stop."""
+        cfg, system, vmap = self.cfg, self.system, jax.vmap
+        data = s.data
+        running = s.status == Status.RUNNING
+        n_sliding = jnp.max(jnp.sum((s.mode == ev.SLIDING) & running[:, None], axis=1))
+        if self.rk is not None:
+            s = s._replace(fsal=self._first_stage(s, running, n_sliding))
+        # Deep networks: one Jacobian of the sliding rates per step, at its start, for
+        # the sliding controls of all its stages and guards (System.chord).
+        chord = None
+        if not cfg.through:
+            chord = vmap(system.chord, in_axes=(0, 0, 0, 0, None))(s.y, data, s.mode, s.control, n_sliding)
+        # Step.
+        o = vmap(functools.partial(self._attempt, c), in_axes=(0, 0, None, 0))(s, data, n_sliding, chord)
+        has_event = o["has_event"] & running
+        accept = o["keep"] & ~has_event & o["finite"]
+        forced_done = accept & s.forced
+        if cfg.through:
+            t_e, new_pending = o["hi"], s.pending
+            kinks = self._crossings_through(c, s, o, accept & running)
+        else:
+            # Locate, then resolve the kinks at the end of forced steps.
+            t_e, new_pending = self._locate(c, s, o, has_event, n_sliding, chord)
+            kinks = self._resolve(c, s, o, forced_done & running, forced_done)
+            # After an ordinary accepted step the sliding controls at its end (solved
+            # for its last guard) warm-start the next step's equivalent controls.
+            kinks = kinks._replace(control=jnp.where((accept & ~s.forced)[:, None], o["control1"], kinks.control))
+        new = self._advance(c, s, o, kinks, t_e, new_pending, has_event, accept, forced_done, n_sliding, chord)
+        return jax.tree.map(lambda a, b: jnp.where(_bcast(running, a), a, b), new, s)
+
+    def _first_stage(self, s, running, n_sliding):
+        """The first stage is the field at the step's start: carried over from the last
+        accepted step (first same as last) unless a forced step changed modes."""
+        fresh = s.made_jump & running
+        fields = jax.vmap(self.vector_field, in_axes=(0, 0, (0, 0, 0, None, None)))
+        return jax.lax.cond(
+            jnp.any(fresh),
+            lambda: jnp.where(fresh[:, None], fields(s.t, s.y, (s.mode, s.control, s.data, n_sliding, None)), s.fsal),
+            lambda: s.fsal,
+        )
+
+    def _attempt(self, c, s, data, n_sliding, chord):
+        """One member's step: the solver's step and its error control, then the event guards
+        at the step's start, ``event_samples − 1`` interior points of the dense interpolant
+        and its end; the first interval in which a guard changes sign."""
+        cfg, system, M = self.cfg, self.system, self.M
+        h = jnp.where(s.forced, s.dt, jnp.minimum(s.dt, c.t1 - s.t))
+        t_next = s.t + h
+        args = (s.mode, s.control, data, n_sliding, chord)
+        if self.rk is None:
+            y1, y_err, dense, fsal1, _ = c.solver.step(self.terms, s.t, t_next, s.y, args, s.fsal, s.made_jump)
+        else:
+            y1, y_err, dense, fsal1 = self.rk(s.t, t_next, s.y, args, s.fsal)
+        keep, _, next_t1, _, pid1, _ = c.controller.adapt_step_size(
+            s.t, t_next, s.y, y1, args, y_err, self.error_order, s.pid
+        )
+        finite = jnp.all(jnp.isfinite(y1)) & jnp.all(jnp.isfinite(y_err))
+        # A non-finite candidate (e.g. a sliding control that becomes singular inside
+        # the step) is a rejected step: retry with a quarter of the step.
+        keep = keep & finite
+        dt_new = jnp.where(finite, next_t1 - jnp.where(keep, t_next, s.t), 0.25 * h)
+        # Guards at the start, interior samples and end of the step.
+        interp = self.interpolant(c, s.t, t_next, dense)
+        taus = s.t + h * jnp.arange(1, M) / M
+        ys = jnp.concatenate([s.y[None], jax.vmap(interp.evaluate)(taus), y1[None]])
+        common = dict(t_next=t_next, y1=y1, dense=dense, fsal1=fsal1, pid1=pid1, dt_new=dt_new, finite=finite)
+        if cfg.through:
+            # Crossings between samples of the dense solution, timed by linear
+            # interpolation of the pre-activation between the two samples.
+            p = jax.vmap(lambda y: system.preacts(y, data))(ys)
+            pos = (p > 0) & ~system.dead_first_layer(s.mode)
+            flip = pos[:-1] != pos[1:]
+            t_s = jnp.concatenate([s.t[None], taus, t_next[None]])
+            frac = jnp.clip(p[:-1] / jnp.where(flip, p[:-1] - p[1:], 1.0), 0.0, 1.0)
+            return dict(
+                common, keep=keep, has_event=jnp.zeros((), bool), lo=t_next, hi=t_next, armed=s.armed,
+                flip=flip, t_cross=t_s[:-1, None] + (t_s[1:] - t_s[:-1])[:, None] * frac,
+                dirs=jnp.where(pos[1:], 1, -1), mode_end=jnp.where(pos[-1], ev.ACTIVE, ev.INACTIVE).astype(s.mode.dtype),
+            )  # fmt: skip
+        G, C, p = jax.vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding, chord))(ys)
+        G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
+        # A unit that has not yet left the round-off band since its last event fires
+        # only once it is clearly past its surface (no events from noise).
+        noise = _noise(jnp.where(s.mode == ev.SLIDING, 0.0, G[0]), c.rtol, c.atol)
+        G = self.held_guards(G, p, s.mode, noise)
+        shift = jnp.where(s.armed, 0.0, noise)
+        G = G + shift
+        cross = (G[:-1] > 0) & (G[1:] <= 0)
+        hit = jnp.any(cross, axis=1)
+        m = jnp.argmax(hit)
+        has_event = keep & ~s.forced & jnp.any(hit) & finite
+        lo = s.t + h * m / M
+        hi = jnp.where(m == M - 1, t_next, s.t + h * (m + 1) / M)
+        return dict(
+            common, keep=keep | s.forced, has_event=has_event, lo=lo, hi=hi, cand=cross[m], G_lo=G[m], control1=C[-1],
+            G_hi=G[m + 1], shift=shift, noise=noise, armed=s.armed | jnp.any(G[1:] - shift > noise, axis=0), late=G[-1] <= 0,
+        )  # fmt: skip
+
+    def _crossings_through(self, c, s, o, done):
+        """``events="through"``: record the sign changes found between the samples."""
+        L, P, M = c.L, self.P, self.M
+        records = [
+            (o["flip"][:, m] & done[:, None], jnp.full((L, P), int(ev.Kind.CROSS), jnp.int32), o["dirs"][:, m])
+            for m in range(M)
+        ]  # fmt: skip
+        ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
+            jnp.any(o["flip"] & done[:, None, None]),
+            lambda: self._write(records, [o["t_cross"][:, m] for m in range(M)], s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
+            lambda: (s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
+        )  # fmt: skip
+        mode = jnp.where(done[:, None], o["mode_end"], s.mode)
+        return _Kinks(mode, s.control, s.pending, s.unresolved, s.pending, ev_t, ev_k, ev_kind, ev_dir, n_ev)
+
+    def _locate(self, c, s, o, has_event, n_sliding, chord):
+        """The time of the earliest crossing of the members whose guards changed sign, and
+        the units crossing there. The guards of units off their surfaces do not depend on
+        the sliding controls (held units output exactly 0 to the layers above): locating
+        an event solves the controls only if some candidate slides."""
+        slides = o["cand"] & (s.mode == ev.SLIDING) & has_event[:, None]
+        locate_sliding = jnp.where(jnp.any(slides), n_sliding, 0)
+        member = functools.partial(self._member_locate, c)
+        return jax.lax.cond(
+            jnp.any(has_event),
+            lambda: jax.vmap(member, in_axes=(0, 0, 0, None, 0))(s, o, s.data, locate_sliding, chord),
+            lambda: (o["hi"], jnp.zeros((c.L, self.P), bool)),
+        )
+
+    def _member_locate(self, c, s, o, data, n_sliding, chord):
+        """Illinois on H(τ) = min over candidates of their guards; keeps H(lo) > 0 ≥ H(hi)."""
+        system = self.system
+        interp = self.interpolant(c, s.t, o["t_next"], o["dense"])
+
+        def H(tau):
+            y = interp.evaluate(tau)
+            g, _, p = system.guards(y, data, s.mode, s.control, n_sliding, chord)
+            g = self.held_guards(jnp.where(jnp.isnan(g), -1.0, g), p, s.mode, o["noise"]) + o["shift"]
+            return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
+
+        f_lo = jnp.min(jnp.where(o["cand"], o["G_lo"], jnp.inf))
+        f_hi = jnp.min(jnp.where(o["cand"], o["G_hi"], jnp.inf))
+        tol = 4 * jnp.finfo(jnp.float64).eps * jnp.maximum(jnp.abs(o["hi"]), 1.0)
+
+        def cond(carry):
+            lo, hi, *_, it = carry
+            return (hi - lo > tol) & (it < 200) & o["has_event"]
+
+        def body(carry):
+            lo, hi, f_lo, f_hi, g_hi, side, it = carry
+            tau = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+            # Every third iteration, or when the secant leaves the bracket, bisect.
+            bad = ~jnp.isfinite(tau) | (tau <= lo) | (tau >= hi) | (it % 3 == 2)
+            tau = jnp.where(bad, 0.5 * (lo + hi), tau)
+            f, g = H(tau)
+            right = f <= 0
+            # Illinois: halve the retained end's value when the same side is kept twice.
+            f_lo_new = jnp.where(right, jnp.where(side == 1, 0.5 * f_lo, f_lo), f)
+            f_hi_new = jnp.where(right, f, jnp.where(side == -1, 0.5 * f_hi, f_hi))
+            return (
+                jnp.where(right, lo, tau), jnp.where(right, tau, hi), f_lo_new, f_hi_new,
+                jnp.where(right, g, g_hi), jnp.where(right, 1, -1), it + 1,
+            )  # fmt: skip
+
+        lo, hi, _, _, g_hi, _, _ = jax.lax.while_loop(cond, body, (o["lo"], o["hi"], f_lo, f_hi, o["G_hi"], 0, 0))
+        return hi, o["cand"] & (g_hi <= 0)
+
+    def _resolve(self, c, s, o, resolve, done):
+        """Resolve the kinks at the end of forced steps (:meth:`gflow.events.System.handle`).
+        Units past their surfaces there that were not located (``late``) crossed at the
+        same instant to within the step's error: the forced step ends a little off the
+        interpolant the crossing was located on, and a guard already non-positive at a
+        step's start never changes sign (two aligned first-layer neurons crossing together,
+        depth 4: the second stayed inactive while its p grew to 1e-3). They are resolved
+        with the others."""
+        late = o["late"] & done[:, None] & ~s.pending
+        involved = s.pending | late
+        member = functools.partial(self._member_handle, c)
+
+        def handle_all():
+            mode, control, pending, records, unresolved = jax.vmap(member)(o["y1"], s.mode, s.control, involved, s.data)
+            records = jax.tree.map(lambda a: jnp.where(_bcast(done, a), a, jnp.zeros_like(a)), records)
+            mode = jnp.where(done[:, None], mode, s.mode)
+            control = jnp.where(done[:, None], control, s.control)
+            pending = jnp.where(done[:, None], pending, s.pending)
+            unresolved = s.unresolved | (done & unresolved)
+            return (mode, control, pending, unresolved) + self._write(
+                records, o["t_next"], s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev
+            )
+
+        kept = (s.mode, s.control, s.pending, s.unresolved, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev)
+        mode, control, pending, unresolved, *events = jax.lax.cond(jnp.any(resolve), handle_all, lambda: kept)
+        return _Kinks(mode, control, pending, unresolved, involved, *events)
+
+    def _member_handle(self, c, y, mode, control, pending, data):
+        system = self.system
+        before, involved = mode, pending | (mode == ev.SLIDING)  # involved: at their surfaces
+        mode, control, pending, records, unresolved = system.handle(
+            y, data, mode, control, pending, rate_floor=_RATE_FLOOR * c.atol
+        )
+        if self.deep:
+            mode, settled = _settle(system, y, data, before, mode, control, involved, c.rtol, c.atol)
+            records = records + (settled,)
+        return mode, control, pending, records, unresolved
+
+    def _advance(self, c, s, o, kinks, t_e, new_pending, has_event, accept, forced_done, n_sliding, chord):
+        """The new lane states: accepted steps taken, the next step's size (to the located
+        crossing, or resumed after a forced one), saves inside accepted steps, and the
+        status (the stops, then the failures)."""
+        cfg, E = self.cfg, self.E
+        running = s.status == Status.RUNNING
+        mode, control, pending = kinks.mode, kinks.control, kinks.pending
+        changed = (pending != kinks.involved) | (mode != s.mode)
+        armed = jnp.where(accept[:, None], o["armed"] & ~changed, s.armed)
+        pending = jnp.where(has_event[:, None], new_pending, pending)
+        more = forced_done & jnp.any(pending, axis=1)
+        t = jnp.where(accept, o["t_next"], s.t)
+        y = jnp.where(accept[:, None], o["y1"], s.y)
+        dt = jnp.where(
+            has_event, t_e - s.t,
+            jnp.where(forced_done, jnp.where(more, 0.0, s.dt_resume), o["dt_new"]),
+        )  # fmt: skip
+        dt_resume = jnp.where(has_event, jnp.where(o["keep"], o["dt_new"], s.dt), s.dt_resume)
+        pid = jax.tree.map(
+            lambda new, old, r: jnp.where(forced_done, r, jnp.where(has_event, old, new)), o["pid1"], s.pid, c.pid_reset
+        )
+        fsal = jax.tree.map(lambda new, old: jnp.where(_bcast(accept & ~s.forced, new), new, old), o["fsal1"], s.fsal)
+        made_jump = jnp.where(forced_done, True, jnp.where(accept, False, s.made_jump))
+        forced = has_event | more
+        saved, save_i = self._save(c, s, o, accept & running)
+        # Stopping.
+        gnorm, loss, speed = jax.vmap(self._member_checks, in_axes=(0, 0, 0, 0, None, 0))(
+            y, mode, control, s.data, n_sliding, chord
+        )
+        n_iter = s.n_iter + 1
+        step_collapsed = ~o["keep"] & (o["dt_new"] <= 1e-14 * jnp.maximum(jnp.abs(s.t), 1.0))
+        status = jnp.select(
+            [
+                kinks.unresolved,
+                step_collapsed & ~o["finite"],
+                ~jnp.isfinite(dt),
+                (kinks.n_ev > E) & (not cfg.through),
+                jnp.sum(mode == ev.SLIDING, axis=1) > cfg.max_sliding,
+                accept & ~forced & (t >= c.t1),
+                accept & ~forced & (gnorm < c.gtol),
+                accept & ~forced & (loss < c.ltol),
+                accept & ~forced & (speed < c.dtol),
+                step_collapsed,
+                n_iter >= c.max_steps,
+            ],
+            [
+                Status.KINK_UNRESOLVED, Status.NONFINITE, Status.NONFINITE, Status.MAX_EVENTS, Status.SLIDING_LIMIT,
+                Status.REACHED_T1, Status.CONVERGED, Status.LOSS_BELOW, Status.DIRECTION_SETTLED, Status.STEP_SIZE,
+                Status.MAX_STEPS,
+            ],
+            Status.RUNNING,
+        ).astype(jnp.int32)  # fmt: skip
+        return _State(
+            t=t, y=y, mode=mode, control=control, dt=dt, dt_resume=dt_resume, pid=pid, fsal=fsal,
+            made_jump=made_jump, forced=forced, pending=pending, armed=armed, ev_t=kinks.ev_t, ev_k=kinks.ev_k,
+            ev_kind=kinks.ev_kind, ev_dir=kinks.ev_dir, n_ev=kinks.n_ev, saved=saved, save_i=save_i,
+            n_acc=s.n_acc + accept, n_rej=s.n_rej + (~o["keep"] & ~has_event), n_iter=n_iter, status=status,
+            slot=s.slot, mode0=s.mode0, unresolved=kinks.unresolved, data=s.data,
+        )  # fmt: skip
+
+    def _member_checks(self, y, mode, control, data, n_sliding, chord):
+        """The gradient norm, loss and direction speed the stops compare (``inf`` where the
+        stop is off)."""
+        cfg, system = self.cfg, self.system
+        if not (cfg.use_gtol or cfg.use_dtol):
+            return jnp.inf, (system.loss(y, data) if cfg.use_ltol else jnp.inf), jnp.inf
+        f = system.field(y, data, self.slopes_of(y, data, mode, control, n_sliding, chord))
+        loss = system.loss(y, data) if cfg.use_ltol else jnp.inf
+        # How fast the direction moves per unit of log‖θ‖: ‖d(θ/‖θ‖)/d log‖θ‖‖ =
+        # ‖f_⊥‖/(θ̂·f) = tan ∠(θ, f), infinite while ‖θ‖ does not grow.
+        radial = jnp.dot(y, f) / jnp.maximum(jnp.linalg.norm(y[:-1]), 1e-300)  # f[-1] = 0: θ only
+        tangential = jnp.sqrt(jnp.maximum(jnp.dot(f, f) - radial**2, 0.0))
+        speed = jnp.where(radial > 0, tangential / jnp.where(radial > 0, radial, 1.0), jnp.inf)
+        return (jnp.linalg.norm(f) if cfg.use_gtol else jnp.inf), loss, (speed if cfg.use_dtol else jnp.inf)
+
+    def _save(self, c, s, o, accepted):
+        """Save the requested times that fall inside accepted steps."""
+        S, ts = c.S, c.ts
+        if S == 0:
+            return s.saved, s.save_i
+
+        def due(carry):
+            saved, i = carry
+            return accepted & (i < S) & (ts[jnp.minimum(i, S - 1)] <= o["t_next"])
+
+        def body(carry):
+            saved, i = carry
+            d = due(carry)
+            tau = ts[jnp.minimum(i, S - 1)]
+            y = jax.vmap(lambda t0, t_next, dense, tau: self.interpolant(c, t0, t_next, dense).evaluate(tau))(
+                s.t, o["t_next"], o["dense"], tau
+            )
+            y = jnp.where((tau >= o["t_next"])[:, None], o["y1"], y)
+            rows = jnp.arange(c.L)
+            cur = saved[rows, jnp.minimum(i, S - 1)]
+            saved = saved.at[rows, jnp.minimum(i, S - 1)].set(jnp.where(d[:, None], y, cur))
+            return saved, i + d
+
+        return jax.lax.while_loop(lambda carry: jnp.any(due(carry)), body, (s.saved, s.save_i))
+
+    def _write(self, records, t_event, ev_t, ev_k, ev_kind, ev_dir, n_ev):
         """Append each record set (in flat index order) to the event buffers; ``t_event``
         is one time per lane, or one ``(L, P)`` array of times per record set."""
-        Bn = ev_t.shape[0]
-        rows = jnp.arange(Bn)[:, None]
+        E, P = self.E, self.P
+        rows = jnp.arange(ev_t.shape[0])[:, None]
         times = t_event if isinstance(t_event, list) else [t_event[:, None]] * len(records)
         for (mask, kind, direction), t_event in zip(records, times):
             pos = n_ev[:, None] + jnp.cumsum(mask, axis=1, dtype=jnp.int32) - 1
@@ -632,7 +695,20 @@ def compiled(cfg: Config):
             n_ev = n_ev + jnp.sum(mask, axis=1, dtype=jnp.int32)
         return ev_t, ev_k, ev_kind, ev_dir, n_ev
 
-    return jax.jit(run), system
+
+class _Kinks(NamedTuple):
+    """What resolving the kinks of an iteration changes in the lane states."""
+
+    mode: jax.Array
+    control: jax.Array
+    pending: jax.Array
+    unresolved: jax.Array
+    involved: jax.Array  # the units resolved (changes re-arm their guards)
+    ev_t: jax.Array
+    ev_k: jax.Array
+    ev_kind: jax.Array
+    ev_dir: jax.Array
+    n_ev: jax.Array
 
 
 _IDLE = -1  # a lane with no trajectory left to integrate
