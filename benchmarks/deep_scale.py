@@ -17,8 +17,13 @@ times, the largest rise of the loss between save times, and the wall time of the
 one call (compilation included: a run this size compiles once). One run, no ratio: this
 is a capacity measurement, not a comparison.
 
+With ``--gd 1e-3,5e-4`` it also runs full-batch gradient descent
+(``gflow.reference.gradient_descent``) from the same start at each step size to every save
+time and prints both losses beside gflow's: GD follows the flow to first order in ``η``, so
+``|L_GD(η) − L_GF|`` halves with ``η`` wherever the flow is computed right (issue 26, item 4).
+
 Run: ``python -m benchmarks.deep_scale [--depth 10 --width 20 --points 20 --t1 100
---max-sliding 64 --max-steps 20000] [--out benchmarks/results/deep_scale.json]``. The
+--max-sliding 64 --max-steps 20000] [--gd 1e-3,5e-4] [--out benchmarks/results/deep_scale.json]``. The
 README's rows took 5–27 minutes each on the 2-core CPU.
 """
 
@@ -46,7 +51,20 @@ def problem(depth, width, n):
     return params, X, Y
 
 
-def run(depth, width, n, t1, max_sliding, max_steps=20_000):
+def descent_losses(params, X, Y, ts, lr):
+    """Full-batch GD's loss at the times ``ts`` (from 0), stepping ``round(Δt/lr)`` steps
+    between them."""
+    from gflow.reference import gradient_descent, loss_value
+
+    losses, p, t = [], [np.asarray(W) for W in params], 0.0
+    for tau in ts:
+        p = gradient_descent(p, X, Y, lr=lr, steps=int(round((tau - t) / lr)))
+        t = tau
+        losses.append(loss_value(p, X, Y, "square"))
+    return losses
+
+
+def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=()):
     import gflow
     from gflow.reference import balance_drift, loss_value
 
@@ -77,6 +95,7 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000):
         gap_all=float(np.max(gaps)), gap_saved_max=max(saved_gaps), energy_defect=float(sol.energy_defect),
         energy_defect_saved_max=float(np.max(saved_defect)), loss_rise_max=float(np.max(np.diff(saved_loss), initial=0.0)),
         saved_t=ts[reached].tolist(), saved_loss=saved_loss.tolist(), saved_gaps=saved_gaps, wall_s=wall,
+        gd={str(lr): descent_losses(params, X, Y, ts[reached], lr) for lr in gd},
     )  # fmt: skip
 
 
@@ -88,12 +107,14 @@ def main(argv=None):
     parser.add_argument("--t1", type=float, default=100.0)
     parser.add_argument("--max-sliding", type=int, default=64)
     parser.add_argument("--max-steps", type=int, default=20_000, help="iterations at most (default 20,000)")
+    parser.add_argument("--gd", default="", help="step sizes for gradient descent beside the flow, e.g. 1e-3,5e-4")
     parser.add_argument("--out", default="benchmarks/results/deep_scale.json")
     args = parser.parse_args(argv)
+    gd = tuple(float(v) for v in args.gd.split(",") if v)
     import gflow  # noqa: F401  (float64)
 
     machine = machine_info()
-    r = run(args.depth, args.width, args.points, args.t1, args.max_sliding, args.max_steps)
+    r = run(args.depth, args.width, args.points, args.t1, args.max_sliding, args.max_steps, gd)
     s = r["stats"]
     print(f"depth {r['depth']}, width {r['width']}, {r['n']} points ({r['preactivations']} pre-activations), "
           f"t1 {r['t1']:g}, max_sliding {r['max_sliding']}")  # fmt: skip
@@ -105,6 +126,12 @@ def main(argv=None):
           f"at the {len(r['saved_t'])} save times {r['gap_saved_max']:.1e}")  # fmt: skip
     print(f"energy identity: relative defect {r['energy_defect']:.1e} at the end, {r['energy_defect_saved_max']:.1e} "
           f"at most at the save times; largest loss rise between save times {r['loss_rise_max']:.1e}")  # fmt: skip
+    if gd:
+        print("time      gflow loss  " + "  ".join(f"GD η={lr:g}" for lr in gd) + "  (GD − GF) ratio")
+        for i, t in enumerate(r["saved_t"]):
+            gf, losses = r["saved_loss"][i], [r["gd"][str(lr)][i] for lr in gd]
+            ratio = (losses[0] - gf) / (losses[-1] - gf) if len(gd) > 1 and losses[-1] != gf else float("nan")
+            print(f"{t:7.2f}  {gf:10.3e}  " + "  ".join(f"{v:10.3e}" for v in losses) + f"  {ratio:8.3f}")
     print(describe(machine))
     save_record(args.out, "deep_scale", vars(args), machine, r)
 
