@@ -544,7 +544,8 @@ class System:
 
         Returns ``(mode, control, pending_left, records, unresolved)``: ``records`` is a
         tuple of ``(mask, kind, direction)`` triples of ``(P,)`` arrays, the decisions
-        first; ``pending_left`` holds units not handled yet (more than ``K`` at once);
+        first; ``pending_left`` holds units not handled yet (depth 2: more than ``K`` at
+        once; a deep network's kink is decided whole or not at all, see :meth:`_handle_deep`);
         ``unresolved`` is true where the decision could not be solved to tolerance
         (:attr:`gflow.Status.KINK_UNRESOLVED`). With
         ``initial``, the units were found on their surfaces at ``t = 0`` (in the inactive
@@ -656,7 +657,15 @@ class System:
             mask = (decided & ~(was_sliding & slides)) | (cut & (mode != INACTIVE)) | (pending & slaved)
         handled = decided | (pending & slaved)
         unresolved = jnp.any(valid) & (dec.residual > sliding.SOLVED)
-        return mode1, control1, pending & ~handled, ((mask, kind, direction.astype(jnp.int32)),), unresolved
+        # More units on their surfaces than slots: the kink is not one problem the slots can
+        # hold, and deciding part of it would be wrong. Nothing is decided; the arriving
+        # units are reported on their surfaces, and the integrator stops the member with
+        # SLIDING_LIMIT (their count is then above ``K``).
+        overflow = jnp.sum(((mode == SLIDING) | pending) & ~slaved) > self.K
+        mode1 = jnp.where(overflow, jnp.where(pending & ~slaved, SLIDING, mode), mode1).astype(mode.dtype)
+        control1 = jnp.where(overflow, control, control1)
+        records = ((mask & ~overflow, kind, direction.astype(jnp.int32)),)
+        return mode1, control1, pending & ~handled & ~overflow, records, unresolved & ~overflow
 
     def _handle_depth2(self, y, data, mode, control, pending, initial):
         """:meth:`handle` for depth 2 (0.2.4's rule, its results unchanged bit for bit):

@@ -45,7 +45,7 @@ _MESSAGES = {
     Status.MAX_EVENTS: "stopped at the event budget max_events before t1",
     Status.NONFINITE: "the state or the field became non-finite (inf/NaN); the last finite state is kept",
     Status.STEP_SIZE: "the step size collapsed to round-off (no progress in t)",
-    Status.SLIDING_LIMIT: "more units slide at once than max_sliding allows; raise max_sliding",
+    Status.SLIDING_LIMIT: "more units slide, or sit on their surfaces at one kink, than max_sliding allows; raise max_sliding",
     Status.DIRECTION_SETTLED: "the direction θ/‖θ‖ has settled: tan ∠(θ, dθ/dt) fell below dtol",
     Status.KINK_UNRESOLVED: (
         "at a kink no decision of the units on their surfaces (which slide, which leave to which side) "

@@ -32,6 +32,7 @@ RUNS = {
     "devices": ["--devices", "1,2", "--batch", "8", "--chunks", "", "--lanes", "4", "--t1", "20", "--repeats", "1"],
     "gpu": ["--allow-cpu", "--batches", "8", "--check", "4", "--gd-steps", "100", "--repeats", "1", "--t1", "20"],
     "scaling": ["--batches", "1,4", "--depths", "2", "--widths", "2", "--points", "2", "--t1s", "20", "--base-batch", "4"],
+    "compile_time": ["--depths", "2", "--widths", "2", "--points", "3", "--t1", "5"],
     "tail": ["--seeds", "6", "--members", "2", "--t0", "5", "--t1", "20", "--pids", "0.2:0.4"],
 }  # fmt: skip
 
@@ -138,3 +139,12 @@ def test_tail_agrees_with_scipy(runs):
     assert summary["switched_total_mean"] <= summary["gflow_total_mean"] and summary["ratio"] >= 1
     (controller,) = res["controller"]
     assert controller["iterations"] >= controller["accepted"] > 0 and controller["error_vs_tight"] < 1e-7
+
+
+def test_compile_time_separates_compile_from_run(runs):
+    """``benchmarks/compile_time.py``: the second call reran the same program (its weights
+    equal the first's bit for bit), and the compile time is the first call's excess."""
+    (row,) = runs["compile_time"][2]["results"]
+    assert row["status"] == "REACHED_T1" and row["repeat_identical"]
+    assert row["preactivations"] == 3 * 2 * 1
+    assert abs(row["first_call_s"] - row["run_s"] - row["compile_s"]) < 1e-9

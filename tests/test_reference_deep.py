@@ -261,6 +261,31 @@ def test_deep_engine_against_filippov_flow_with_three_sliding_at_once():
         assert member.energy_defect <= 1e-8, seed
 
 
+def test_a_kink_with_more_units_than_max_sliding_stops_the_member_on_the_reference():
+    """A deep kink with more units on their surfaces than ``max_sliding`` slots is not
+    decided in part (that once dropped a unit from the problem: 15,000 events at one
+    instant on a depth-4 width-20 net, energy identity off by 2.5e-4): the member stops with
+    SLIDING_LIMIT at the first event that meets two sliding units in the reference, with the
+    reference's weights there."""
+    import gflow
+
+    params, X, Y = teacher_problem(**SLIDING3)
+    sol = gflow.simulate(params, X, Y, t1=5.0, rtol=1e-10, atol=1e-12, max_sliding=2, throw=False)
+    sliding, third = set(), None
+    for e in filippov_flow(params, X, Y, t1=5.0, max_sliding=10).events:
+        unit = (e.layer, e.neuron, e.point)
+        if third is None and len(sliding) >= 2 and unit not in sliding:
+            third = e
+        if e.kind == "slide_start":
+            sliding.add(unit)
+        elif e.kind == "slide_end":
+            sliding.discard(unit)
+    assert sol.status == gflow.Status.SLIDING_LIMIT
+    assert abs(sol.t - third.t) <= 1e-6  # 4.1e-10 when written
+    assert max_diff(sol.params, filippov_flow(params, X, Y, t1=float(sol.t), max_sliding=10).params) <= 1e-6
+    assert sol.energy_defect <= 1e-8
+
+
 # --------------------------------------------------------------------------------------
 # Inputs and limits
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,113 @@
+"""What a new architecture costs before its first trajectory: compile time against run time.
+
+Issue 26 ("Compile time"): every (shape, loss, options) is one XLA program, compiled on
+its first call and reused for every batch size after (in-process, and across processes
+with the command line's persistent cache). This benchmark measures, for each depth and
+width of a grid, one ``gflow.simulate`` on a fresh problem twice in one process with the
+persistent cache off: the first call pays tracing, compiling and the run, the second the
+run alone, so their difference is what a change of architecture costs. The target the
+issue sets is compile ≤ 30 s for depth ≤ 6 and width ≤ 20 on a 2-core CPU.
+
+Problem per shape: ``--points`` unit inputs in R^``--inputs`` (NumPy seed 0), Gaussian
+targets, Xavier-normal weights, square loss, default tolerances, ``t1`` (default 1) and
+``max_sliding`` = the hidden width. Both calls integrate the same trajectory; the second's
+result must equal the first's (checked, or the shape is reported as failed).
+
+Run: ``python -m benchmarks.compile_time [--depths 2,4,6,10] [--widths 2,10,20]
+[--points 16] [--out benchmarks/results/compile_time.json]``. Each shape is written to
+the JSON as soon as it is measured (atomically), with the load average before and after,
+since compile time on a shared machine moves with the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from ._machine import describe, machine_info, save_record
+
+
+def _problem(depth, width, n, inputs, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, inputs))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    widths = (inputs,) + (width,) * (depth - 1) + (1,)
+    params = [rng.normal(size=(o, i)) * np.sqrt(2.0 / (i + o)) for i, o in zip(widths[:-1], widths[1:])]
+    return params, X, rng.normal(size=(n, 1)), widths
+
+
+def measure(depth, width, n, inputs, t1):
+    """One shape: (first call, second call) wall times and the run's figures."""
+    import gflow
+
+    params, X, Y, widths = _problem(depth, width, n, inputs)
+    load0 = os.getloadavg()[0]
+    walls, sols = [], []
+    for _ in range(2):
+        start = time.perf_counter()
+        sol = gflow.simulate(params, X, Y, t1=t1, max_sliding=width, throw=False)
+        walls.append(time.perf_counter() - start)
+        sols.append(sol)
+    same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(sols[0].params, sols[1].params))
+    sol = sols[0]
+    return dict(
+        depth=depth,
+        width=width,
+        widths=list(widths),
+        points=n,
+        preactivations=n * width * (depth - 1),
+        first_call_s=walls[0],
+        run_s=walls[1],
+        compile_s=walls[0] - walls[1],
+        status=sol.status.name,
+        t=float(sol.t),
+        iterations=int(sol.stats["num_iterations"]),
+        events=int(sol.stats["num_events"]),
+        repeat_identical=bool(same),
+        load_before=load0,
+        load_after=os.getloadavg()[0],
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compile_time", description=__doc__.split("\n")[0])
+    parser.add_argument("--depths", default="2,4,6,10", help="comma-separated depths (layers), default 2,4,6,10")
+    parser.add_argument("--widths", default="2,10,20", help="comma-separated hidden widths, default 2,10,20")
+    parser.add_argument("--points", type=int, default=16)
+    parser.add_argument("--inputs", type=int, default=4)
+    parser.add_argument("--t1", type=float, default=1.0)
+    parser.add_argument("--out", default="benchmarks/results/compile_time.json")
+    args = parser.parse_args(argv)
+    depths = [int(d) for d in args.depths.split(",")]
+    widths = [int(w) for w in args.widths.split(",")]
+    for name, values, low in (("--depths", depths, 2), ("--widths", widths, 1)):
+        if min(values) < low:
+            parser.error(f"{name}: expected integers >= {low}, got {values}")
+
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_compilation_cache_dir", None)  # every compile measured, none read from disk
+    info = machine_info()
+    config = dict(depths=depths, widths=widths, points=args.points, inputs=args.inputs, t1=args.t1)
+    print(f"{'depth':>5} {'width':>5} {'P':>6} {'compile s':>10} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}")
+    rows = []
+    for depth in depths:
+        for width in widths:
+            row = measure(depth, width, args.points, args.inputs, args.t1)
+            rows.append(row)
+            print(
+                f"{depth:>5} {width:>5} {row['preactivations']:>6} {row['compile_s']:>10.1f} {row['run_s']:>8.2f} "
+                f"{row['status']:>14} {row['events']:>6} {row['load_before']:>4.1f}-{row['load_after']:<4.1f}"
+                + ("" if row["repeat_identical"] else "  (second call differs!)"),
+                flush=True,
+            )
+            save_record(args.out, "compile_time", config, info, rows)
+    print(describe(info))
+
+
+if __name__ == "__main__":
+    main()
