@@ -580,7 +580,18 @@ class System:
         P = self.P
         _, control = self.equivalent_control(y, data, mode, control)
         slaved = self.vanished(jnp.where(pending, INACTIVE, mode)) & ~self.vanished(mode)
-        idx = jnp.nonzero(((mode == SLIDING) | pending) & ~slaved, size=self.K, fill_value=P)[0]
+        main = ((mode == SLIDING) | pending) & ~slaved
+        idx = jnp.nonzero(main, size=self.K, fill_value=P)[0]
+        # More than K: the sliding units take the slots first and the arrivals left over
+        # are decided in the next round (they keep their sides meanwhile).
+        first = jnp.concatenate(
+            [
+                jnp.nonzero(main & (mode == SLIDING), size=self.K, fill_value=P)[0],
+                jnp.nonzero(main & (mode != SLIDING), size=self.K, fill_value=P)[0],
+            ]
+        )
+        first = first[jnp.argsort(first == P, stable=True)[: self.K]]
+        idx = jnp.where(jnp.sum(main) > self.K, first, idx)
         valid = idx < P
         decided = jnp.zeros(P + 1, bool).at[idx].set(valid)[:P]
         start = jnp.append(jnp.where(mode == SLIDING, control, (mode == ACTIVE).astype(control.dtype)), 0.0)[idx]
@@ -657,12 +668,13 @@ class System:
             mask = (decided & ~(was_sliding & slides)) | (cut & (mode != INACTIVE)) | (pending & slaved)
         handled = decided | (pending & slaved)
         unresolved = jnp.any(valid) & (dec.residual > sliding.SOLVED)
-        # More units on their surfaces than slots: the kink is not one problem the slots can
-        # hold, and deciding part of it would be wrong. Nothing is decided; the arriving
-        # units are reported on their surfaces, and the integrator stops the member with
-        # SLIDING_LIMIT (their count is then above ``K``).
-        overflow = jnp.sum(((mode == SLIDING) | pending) & ~slaved) > self.K
-        mode1 = jnp.where(overflow, jnp.where(pending & ~slaved, SLIDING, mode), mode1).astype(mode.dtype)
+        # The sliding units fill the slots and units arrive: no round can decide them, and
+        # deciding the sliding units without them would be wrong. Nothing is decided; the
+        # arriving units are reported on their surfaces, and the integrator stops the
+        # member with SLIDING_LIMIT (their count is then above ``K``).
+        arrivals = pending & ~slaved & (mode != SLIDING)
+        overflow = jnp.any(arrivals) & (jnp.sum(main & (mode == SLIDING)) >= self.K)
+        mode1 = jnp.where(overflow, jnp.where(arrivals, SLIDING, mode), mode1).astype(mode.dtype)
         control1 = jnp.where(overflow, control, control1)
         records = ((mask & ~overflow, kind, direction.astype(jnp.int32)),)
         return mode1, control1, pending & ~handled & ~overflow, records, unresolved & ~overflow

@@ -448,9 +448,7 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     at ``_NEWTON_TOL``, or fails to halve once below ``_NEWTON_NOISE`` (round-off), or
     after ``_CP_MAX`` steps. If the residual is then above ``SOLVED``, the problem is
     solved as the minimum of ``‖g(c)‖²`` over the box (:func:`_descend`) and the
-    active-set iterations start again from there. If that fails too, a start ``c0`` that
-    satisfies the conditions to ``rate_floor`` is kept, though with units the natural map
-    would not let slide."""
+    active-set iterations start again from there."""
     kw = dict(y=y, data=data, base=base, idx=idx, valid=valid)
     K = idx.shape[0]
     c0 = jnp.where(valid, c0, 0.0)
@@ -475,24 +473,6 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     first = (c0, lin0, jnp.asarray(jnp.inf), zero)
     *_, (c, (J, r, s, lo, hi), residual, it) = jax.lax.while_loop(
         lambda carry: carry[2] < 2, round_, (c0, hold, zero, first)
-    )
-
-    def from_start(found):
-        # Unsolved: the start itself solves the problem as stated if every unit's rate there
-        # is consistent to ``rate_floor`` (inside: ṗ = 0; at 0: ṗ ≤ 0; at 1: ṗ ≥ 0). The natural map
-        # does not let a unit whose own slope raises its rate (d ≥ 0) slide, since such a
-        # slide is unstable; where no decision without it exists, the units keep their
-        # present slopes (the least change) rather than stop the run.
-        J0, r0 = _residual_and_jacobian(system, c0, **kw)
-        kept = jnp.where(
-            c0 <= 0.0, r0 <= rate_floor, jnp.where(c0 >= 1.0, r0 >= -rate_floor, jnp.abs(r0) <= rate_floor)
-        )
-        consistent = jnp.all(jnp.where(valid, kept, True))
-        start = (c0, J0, jnp.where(valid, r0, 0.0), valid & (c0 <= 0.0), valid & (c0 >= 1.0), jnp.zeros(()))
-        return jax.tree.map(lambda new, old: jnp.where(consistent, new, old), start, found)
-
-    c, J, r, lo, hi, residual = jax.lax.cond(
-        residual > SOLVED, from_start, lambda found: found, (c, J, r, lo, hi, residual)
     )
     d = jnp.diagonal(J)
     a_plus, a_minus = r + (1.0 - c) * d, r - c * d
