@@ -28,22 +28,15 @@ import time
 import numpy as np
 
 from ._machine import describe, machine_info, save_record
-
-
-def _problem(depth, width, n, inputs, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, inputs))
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    widths = (inputs,) + (width,) * (depth - 1) + (1,)
-    params = [rng.normal(size=(o, i)) * np.sqrt(2.0 / (i + o)) for i, o in zip(widths[:-1], widths[1:])]
-    return params, X, rng.normal(size=(n, 1)), widths
+from .through import _problem
 
 
 def measure(depth, width, n, inputs, t1):
     """One shape: (first call, second call) wall times and the run's figures."""
     import gflow
 
-    params, X, Y, widths = _problem(depth, width, n, inputs)
+    widths = (inputs,) + (width,) * (depth - 1) + (1,)
+    params, X, Y = _problem(0, widths, n)
     load0 = os.getloadavg()[0]
     walls, sols = [], []
     for _ in range(2):

@@ -544,8 +544,9 @@ class System:
 
         Returns ``(mode, control, pending_left, records, unresolved)``: ``records`` is a
         tuple of ``(mask, kind, direction)`` triples of ``(P,)`` arrays, the decisions
-        first; ``pending_left`` holds units not handled yet (depth 2: more than ``K`` at
-        once; a deep network's kink is decided whole or not at all, see :meth:`_handle_deep`);
+        first; ``pending_left`` holds units not handled yet (more than ``K`` at once, for
+        later rounds; a deep member whose sliding units alone fill the slots stops
+        instead, see :meth:`_handle_deep`);
         ``unresolved`` is true where the decision could not be solved to tolerance
         (:attr:`gflow.Status.KINK_UNRESOLVED`). With
         ``initial``, the units were found on their surfaces at ``t = 0`` (in the inactive
