@@ -25,9 +25,11 @@ overall:
 - events: gflow's `cross`, `slide_start` and `slide_end` records are matched to the
   reference's events by `(layer, neuron, point, kind, side)` (gflow's `direction` is the
   reference's `side`), the `i`-th of a key on one side with the `i`-th on the other;
-  `dt_events` is the largest time difference of a matched pair, and the unmatched events
-  of either side are listed (gflow's `touch`, `repel` and `cut` records have no
-  counterpart and are left out);
+  a reference `cross −1` left over is matched to gflow's `cut` of that unit (a unit whose
+  point lost its last activation below: both say it went inactive); `dt_events` is the
+  largest time difference of a matched pair, and the unmatched events of either side are
+  listed (gflow's `touch`, `repel` and other `cut` records have no counterpart and are
+  left out);
 - `first_difference`: the earliest event that is unmatched or whose matched time differs
   by more than `--tol`, with the events of both sides within 1e-3 of it;
 - the most units sliding at once (replayed from either side's events), gflow's status,
@@ -94,9 +96,13 @@ def most_at_once(events):
     return most
 
 
-def match_events(ours, ref):
+def match_events(ours, ref, cuts=()):
     """Pair the `(t, layer, neuron, point, kind, side)` tuples of both sides by key in time
-    order. Returns `(pairs, unmatched_ours, unmatched_ref)`, `pairs` as `(ours, ref)`."""
+    order. A reference `cross −1` left unmatched is paired with gflow's `cut` of that unit
+    (in `cuts`) nearest in time: both say the unit went inactive there (a cut unit sits at
+    `p = 0` exactly because its point lost every activation in the layer below; gflow
+    records it as `cut`, the reference as a crossing). Returns `(pairs, unmatched_ours,
+    unmatched_ref)`, `pairs` as `(ours, ref)`."""
     pairs, left, right = [], [], []
     keys = {e[1:] for e in ours} | {e[1:] for e in ref}
     for key in keys:
@@ -105,13 +111,22 @@ def match_events(ours, ref):
         pairs += list(zip(a, b))
         left += a[len(b) :]
         right += b[len(a) :]
+    cuts = list(cuts)
+    for e in [e for e in right if e[4:] == ("cross", -1)]:
+        same = [c for c in cuts if c[1:4] == e[1:4]]
+        if same:
+            c = min(same, key=lambda c: abs(c[0] - e[0]))
+            cuts.remove(c)
+            right.remove(e)
+            pairs.append((c, e))
     by_t = lambda e: e[0]
     return sorted(pairs, key=lambda p: p[1][0]), sorted(left, key=by_t), sorted(right, key=by_t)
 
 
-def compare(ours, ref, tol):
-    """Matched time difference, unmatched events and the first difference of two event lists."""
-    pairs, left, right = match_events(ours, ref)
+def compare(ours, ref, tol, cuts=()):
+    """Matched time difference, unmatched events and the first difference of two event lists
+    (`cuts`: gflow's `cut` records, :func:`match_events`)."""
+    pairs, left, right = match_events(ours, ref, cuts)
     dt = max((abs(a[0] - b[0]) for a, b in pairs), default=0.0)
     suspects = [(b[0], "time", a, b) for a, b in pairs if abs(a[0] - b[0]) > tol]
     suspects += [(e[0], "gflow only", e, None) for e in left] + [(e[0], "reference only", None, e) for e in right]
@@ -125,11 +140,11 @@ def compare(ours, ref, tol):
                 unmatched_reference=[list(e) for e in right], first_difference=first)  # fmt: skip
 
 
-def gflow_events(sol_b):
-    """gflow's cross / slide_start / slide_end records of one member, as tuples."""
+def gflow_events(sol_b, kinds=KEYED):
+    """gflow's records of one member of the given kinds, as tuples."""
     rows = sol_b.crossings.rows()
     return [
-        (r["t"], r["layer"], r["neuron"], r["point"], r["kind"], r["direction"]) for r in rows if r["kind"] in KEYED
+        (r["t"], r["layer"], r["neuron"], r["point"], r["kind"], r["direction"]) for r in rows if r["kind"] in kinds
     ]
 
 
@@ -181,7 +196,7 @@ def run_shape(name, seeds, rtol, atol, tight, tol):
             shape=name, widths=widths, n=n, seed=seed, t1=t1, status=gflow.Status(int(sol.status[b])).name,
             reference_error=failed,
             t=float(sb.t), dtheta=max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(sb.params, ref.params)),
-            **compare(ours, theirs, tol), events_gflow=len(ours), events_reference=len(theirs),
+            **compare(ours, theirs, tol, gflow_events(sb, ("cut",))), events_gflow=len(ours), events_reference=len(theirs),
             kinds_gflow={k: [r["kind"] for r in sb.crossings.rows()].count(k) for k in
                          ("cross", "slide_start", "slide_end", "touch", "repel", "cut")},
             most_sliding_reference=most_at_once(theirs), most_sliding_gflow=most_at_once(ours),
@@ -193,7 +208,7 @@ def run_shape(name, seeds, rtol, atol, tight, tol):
         if sol_tight is not None:
             st = sol_tight[b]
             row["dtheta_tight"] = max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(st.params, ref.params))
-            row["dt_events_tight"] = compare(gflow_events(st), theirs, tol)["dt_events"]
+            row["dt_events_tight"] = compare(gflow_events(st), theirs, tol, gflow_events(st, ("cut",)))["dt_events"]
         rows.append(row)
     B = len(seeds)
     batch = dict(shape=name, widths=widths, n=n, t1=t1, B=B, gflow_first_call_s=gflow_first, gflow_s=gflow_wall,

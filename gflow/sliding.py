@@ -88,17 +88,20 @@ def _rates_residual(system, cK, *, y, data, base, idx, valid):
     return jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
 
 
-def _residual_and_jacobian(system, cK, *, y, data, base, idx, valid, noise=False):
+def _residual_and_jacobian(system, cK, *, y, data, base, idx, valid, noise=False, coupled=False):
     """:func:`_rates_residual` and its Jacobian in ``cK`` (:meth:`System.rates_jacobian`;
     unused slots: identity rows and columns); with ``noise``, also each rate's round-off
-    ``64·ε·‖∇p_j‖·‖θ̇‖`` (a rate below it is zero: it cannot be told from zero)."""
+    ``64·ε·‖∇p_j‖·‖θ̇‖`` (a rate below it is zero: it cannot be told from zero), and with
+    ``coupled`` (true or false, may be traced) ``64·(ε + ρ)·‖∇p_j‖·‖θ̇‖``, ``ρ`` the
+    field's relative round-off from its loss (:meth:`System.output_round_off`)."""
     slopes = _with_controls(base, idx, valid, cK)
     field, pdot = system.field_and_rates(y, data, slopes)
     r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
     J, norms = system.rates_jacobian(y, data, slopes, field, idx, norms=True)
     J = jnp.where(valid[:, None] & valid[None, :], J, jnp.eye(idx.shape[0]))
     if noise:
-        return J, r, 64.0 * jnp.finfo(field.dtype).eps * norms * jnp.linalg.norm(field)
+        rho = jnp.where(coupled, system.output_round_off(y, data), 0.0)
+        return J, r, 64.0 * (jnp.finfo(field.dtype).eps + rho) * norms * jnp.linalg.norm(field)
     return J, r
 
 
@@ -249,16 +252,17 @@ class Decision(NamedTuple):
     iterations: jax.Array
 
 
-def _natural_map(J, r, c, valid):
+def _natural_map(J, r, c, valid, coupled=False):
     """The box problem's pieces at ``c``: per slot the scale ``s`` (own sensitivity
     ``|d_j| = |∂ṗ_j/∂c_j|``, floored at ``1e-7`` of the largest), each unit's estimate
     ``z`` of its own control with the others fixed, and the bound masks ``(lo, hi)``
-    where ``z`` leaves ``[0, 1]``.
+    where ``z`` leaves ``[0, 1]``. With ``coupled`` (may be traced), ``z = c + ṗ/s`` for
+    every unit: the problem's natural map as stated, whatever the signs of ``d``.
 
     A unit both of whose sides push into its surface has ``d_j < 0``, and ``z = c +
     ṗ/s`` is the Newton estimate of the control that zeroes its rate. With ``d_j ≥ 0``
-    its rate grows with its slope, and it never slides (the root of its rate, if inside,
-    is unstable): it goes to the side its rates allow, ``ṗ_j(1) ≥ 0`` active, ``ṗ_j(0)
+    its rate grows with its slope, and alone it never slides (the root of its rate, if
+    inside, is unstable): it goes to the side its rates allow, ``ṗ_j(1) ≥ 0`` active, ``ṗ_j(0)
     ≤ 0`` inactive; where both allow it, the side its slope is closest to if that side's
     field pushes away from the surface (a repelling surface), else the inactive side
     (``σ'(0) = 0``: a tangent active field does not hold a unit active)."""
@@ -269,14 +273,15 @@ def _natural_map(J, r, c, valid):
     r = jnp.where(valid, r, 0.0)
     a_plus, a_minus = r + (1.0 - c) * d, r - c * d
     side = jnp.where((a_minus > 0.0) | ((a_plus > 0.0) & (c >= 0.5)), 2.0, -1.0)
-    z = jnp.where(d < -_SENSITIVITY_FLOOR, c + r / s, side)
+    z = jnp.where((d < -_SENSITIVITY_FLOOR) | coupled, c + r / s, side)
     return s, z, valid & (z <= 0.0), valid & (z >= 1.0)
 
 
-def _active_set(system, kw, c0, hold, rate_floor):
+def _active_set(system, kw, c0, hold, rate_floor, coupled):
     """The active-set iterations of :func:`complementarity` from ``c0`` with the units in
-    ``hold`` held; returns the point with the least natural residual as ``(c, (J, r, s,
-    lo, hi), residual, iterations)``."""
+    ``hold`` held (``coupled``: :func:`_natural_map`, :func:`_residual_and_jacobian`);
+    returns the point with the least natural residual as ``(c, (J, r, s, lo, hi),
+    residual, iterations)``."""
     valid = kw["valid"]
     K = valid.shape[0]
     eye = jnp.eye(K)
@@ -284,7 +289,7 @@ def _active_set(system, kw, c0, hold, rate_floor):
     def linearise(c, held):
         """The linearisation at ``c`` with the ``held`` units at their bounds, its natural
         residual, and each unit's own (that of a held unit as if it were free)."""
-        J, r, noise = _residual_and_jacobian(system, c, **kw, noise=True)
+        J, r, noise = _residual_and_jacobian(system, c, **kw, noise=True, coupled=coupled)
         noise = jnp.maximum(noise, rate_floor)
         # A held unit keeps its side only where its rate clearly points into it (σ'(0) = 0:
         # a tangent field does not hold a unit on its active side).
@@ -293,7 +298,7 @@ def _active_set(system, kw, c0, hold, rate_floor):
         tol = jnp.maximum(_SIGN_TOL * (jnp.abs(a_plus) + jnp.abs(a_minus)), noise)
         holds = jnp.where(c0 >= 1.0, a_plus > tol, a_minus < -tol)
         r = jnp.where(jnp.abs(r) <= noise, 0.0, r)  # rates at round-off are zero
-        s, z, lo, hi = _natural_map(J, r, c, valid)
+        s, z, lo, hi = _natural_map(J, r, c, valid, coupled)
         own = jnp.where(valid, jnp.abs(c - jnp.clip(z, 0.0, 1.0)), 0.0)
         own = jnp.where(held, jnp.where(holds, 0.0, jnp.maximum(own, 2.0 * _NEWTON_NOISE)), own)
         lo, hi = jnp.where(held, c0 <= 0.0, lo), jnp.where(held, c0 >= 1.0, hi)
@@ -448,31 +453,42 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     at ``_NEWTON_TOL``, or fails to halve once below ``_NEWTON_NOISE`` (round-off), or
     after ``_CP_MAX`` steps. If the residual is then above ``SOLVED``, the problem is
     solved as the minimum of ``‖g(c)‖²`` over the box (:func:`_descend`) and the
-    active-set iterations start again from there."""
+    active-set iterations start again from there. If that fails too, they run once more
+    from ``c0``, *coupled*: with the natural map as the problem states it for every unit
+    (:func:`_natural_map`), so that a unit with ``d_j > 0`` may slide where the units
+    coupled to it hold it (the stability of a sliding set is that of its whole Jacobian,
+    not of its diagonal: on the 20-point Scale problem at ``t = 17.65`` one of the 27
+    units on their surfaces has ``d_j = +5e-12``, while with all 27 held every eigenvalue
+    of their Jacobian has real part at most ``−1.0e-11``), and with rates below the loss's round-off counted as zero
+    (:meth:`gflow.events.System.output_round_off`: near an interpolating state ``out − Y``
+    keeps only a few digits, and the rates ``ṗ`` no more)."""
     kw = dict(y=y, data=data, base=base, idx=idx, valid=valid)
     K = idx.shape[0]
     c0 = jnp.where(valid, c0, 0.0)
     hold = jnp.zeros(K, bool) if hold is None else hold & valid
 
     def round_(carry):
+        # Round 0 from c0; if unsolved, round 1 from the minimum of ‖g‖² (_descend); if
+        # still unsolved, round 2 from c0 again, coupled.
         c_start, held, n, _ = carry
-        found = _active_set(system, kw, c_start, held, rate_floor)
+        found = _active_set(system, kw, c_start, held, rate_floor, n == 2)
         c, (J, r, s, lo, hi), residual, _ = found
-        again = (n == 0) & (residual > SOLVED)
+        again = (residual > SOLVED) & (n < 2)
         fixed = valid & (jnp.diagonal(J) >= -_SENSITIVITY_FLOOR) & (lo | hi)
         c_next = jax.lax.cond(
-            again,
+            again & (n == 0),
             lambda: _descend(system, kw, jnp.where(lo, 0.0, jnp.where(hi, 1.0, jnp.clip(c, 0.0, 1.0))), fixed),
-            lambda: c,
+            lambda: c0,
         )
-        return c_next, jnp.zeros(K, bool), jnp.where(again, n + 1, 2), found
+        n_next = jnp.where(again, n + 1, 3)
+        return c_next, hold & (n_next == 2), n_next, found
 
     none = jnp.zeros(K, bool)
     lin0 = (jnp.zeros((K, K)), jnp.zeros(K), jnp.ones(K), none, none)
     zero = jnp.zeros((), jnp.int32)
     first = (c0, lin0, jnp.asarray(jnp.inf), zero)
     *_, (c, (J, r, s, lo, hi), residual, it) = jax.lax.while_loop(
-        lambda carry: carry[2] < 2, round_, (c0, hold, zero, first)
+        lambda carry: carry[2] < 3, round_, (c0, hold, zero, first)
     )
     d = jnp.diagonal(J)
     a_plus, a_minus = r + (1.0 - c) * d, r - c * d

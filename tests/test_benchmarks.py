@@ -148,3 +148,19 @@ def test_compile_time_separates_compile_from_run(runs):
     assert row["status"] == "REACHED_T1" and row["repeat_identical"]
     assert row["preactivations"] == 3 * 2 * 1
     assert abs(row["first_call_s"] - row["run_s"] - row["compile_s"]) < 1e-9
+
+
+def test_filippov_pairs_a_reference_crossing_with_gflows_cut_of_that_unit():
+    """The filippov benchmark's matching (no integration): a reference ``cross −1`` of a unit
+    that gflow records as ``cut`` at that instant is one event; other cuts are left out, and
+    without gflow's cuts the crossing stays unmatched."""
+    from benchmarks.filippov import compare
+
+    ours = [(1.0, 1, 4, 2, "cross", -1)]
+    ref = [(1.0 + 1e-9, 1, 4, 2, "cross", -1), (1.0 + 1e-9, 2, 3, 2, "cross", -1)]
+    cuts = [(1.0, 2, 1, 2, "cut", -1), (1.0, 2, 3, 2, "cut", -1), (3.0, 2, 3, 2, "cut", -1)]
+    out = compare(ours, ref, 1e-6, cuts)
+    assert out["matched"] == 2 and out["dt_events"] == pytest.approx(1e-9, rel=1e-6)
+    assert not out["unmatched_gflow"] and not out["unmatched_reference"] and out["first_difference"] is None
+    alone = compare(ours, ref, 1e-6)
+    assert alone["unmatched_reference"] == [list(ref[1])] and alone["first_difference"]["what"] == "reference only"

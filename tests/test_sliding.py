@@ -6,6 +6,7 @@ backward and forward passes and Wolfe's min-norm point (gflow.reference)."""
 
 import functools
 import itertools
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +23,7 @@ from gflow.reference import (
     _surface_forward,
     _tangent_preactivations,
     _vertex_gradients,
+    preactivations,
 )
 
 WIDTHS, N, SLOTS = (3, 4, 4, 1), 5, 12
@@ -54,18 +56,19 @@ def surface_state(seed):
     return params, X, Y, sorted(on)
 
 
-def numpy_field(params, X, Y, slopes, K):
+def numpy_field(params, X, Y, slopes, K, layout=LAYOUT, on_surface=True):
     """The reference's gradient with slopes ``slopes`` (flat ``(P,)``; the units ``K``
-    output 0), and every unit's rate under ``−g``."""
+    output 0, or with ``on_surface`` false their slope times their pre-activation), and
+    every unit's rate under ``−g``."""
     base = np.asarray(slopes, float).copy()
-    base[K] = 0.0
-    hmasks = _entries_to_layers(LAYOUT, base)
+    if on_surface:
+        base[K] = 0.0
+    hmasks = _entries_to_layers(layout, base)
     _, H, F = _surface_forward(params, X, hmasks)
-    gmasks = _entries_to_layers(LAYOUT, np.asarray(slopes, float)[None])
+    gmasks = _entries_to_layers(layout, np.asarray(slopes, float)[None])
     g = _vertex_gradients(params, H, gmasks, _output_gradient(F, Y, "square"), 0.0)[0]
-    velocity = [
-        -g[o:e].reshape(s)[None] for o, e, s in zip(LAYOUT.param_offsets[:-1], LAYOUT.param_offsets[1:], SHAPES)
-    ]
+    offsets = layout.param_offsets
+    velocity = [-g[o:e].reshape(s)[None] for o, e, s in zip(offsets[:-1], offsets[1:], layout.shapes)]
     rates = _tangent_preactivations(params, X, hmasks, gmasks, velocity)
     return g, np.concatenate([r[0].T.ravel() for r in rates])
 
@@ -157,3 +160,88 @@ def test_kink_decisions_are_consistent_and_min_norm():
     assert counts["leaves"] >= 300, counts
     print(counts, unsolved)
     assert len(unsolved) <= 3, unsolved
+
+
+@pytest.mark.quick
+def test_output_round_off_is_the_regression_losses_cancellation():
+    """``System.output_round_off`` (the coupled round's round-off of the rates) against
+    NumPy: ``ε·‖|out| + |Y|‖ / ‖out − Y‖``, with the network's output from a plain NumPy
+    forward pass; 1 (the whole field is round-off) where the targets are the outputs."""
+    system, _ = engine()
+    params, X, Y, _ = surface_state(0)
+    y = jnp.asarray(np.concatenate([W.ravel() for W in params]))
+    h = X
+    for W in params[:-1]:
+        h = np.maximum(h @ W.T, 0.0)
+    out = h @ params[-1].T
+    expected = np.finfo(float).eps * np.linalg.norm(np.abs(out) + np.abs(Y)) / np.linalg.norm(out - Y)
+    assert float(system.output_round_off(y, (X, Y, 0.0))) == pytest.approx(expected, rel=1e-12)
+    assert float(system.output_round_off(y, (X, out, 0.0))) == 1.0
+
+
+def test_a_unit_whose_own_slide_is_unstable_is_held_by_the_units_coupled_to_it():
+    """The state at which the 20-point Scale run (``benchmarks.deep_scale``: depth 10,
+    width 20) stopped with ``KINK_UNRESOLVED`` before the coupled round
+    (``tests/data/scale_kink.npz``: its weights at ``t = 17.649`` and the modes then):
+    25 units slide and two inactive ones reach their surfaces (``|p| ≤ 1e-10``), at loss
+    2e-19. One sliding unit's rate grows with its own slope (``d > 0``, measured here),
+    which the unit-by-unit rule does not let slide. The decision is solved and checked in
+    NumPy (the reference's passes, with the engine's field between surfaces: a held unit
+    outputs its control times its pre-activation, here up to 2.2e-10): every unit that
+    slides has its control in ``(0, 1)`` and its rate at most 1e-2 of its one-sided rates
+    (the field keeps about five digits here, ``out − Y`` being 1e-10 of ``Y``, and a
+    unit's one-sided rates are as small as 3e-12), every other unit's rate points to its
+    side within that, and the sliding set is stable: every eigenvalue of its Jacobian ``∂ṗ/∂c`` (central
+    differences; the rates are affine in each control) has a negative real part."""
+    z = np.load(Path(__file__).parent / "data" / "scale_kink.npz")
+    params, X, Y, modes = [z[f"arr_{i}"] for i in range(10)], z["X"], z["Y"], z["modes"]
+    shapes = [W.shape for W in params]
+    layout = _Layout(shapes, len(X))
+    system = events.System(_unravel_for(tuple(shapes)), "square", len(X), tuple(s[0] for s in shapes[:-1]), 32)
+    pattern = (modes == events.ACTIVE).astype(float)
+    p = np.concatenate([a.ravel() for a in preactivations(params, X)])
+    sliding_now = np.nonzero(modes == events.SLIDING)[0]
+    arriving = np.nonzero((modes == events.INACTIVE) & (np.abs(p) <= 1e-10))[0]
+    assert len(sliding_now) == 25 and len(arriving) == 2 and np.max(np.abs(p[sliding_now])) <= 3e-10
+    K = [int(k) for k in np.concatenate([sliding_now, arriving])]
+    y = np.concatenate([W.ravel() for W in params])
+    idx = np.array(K + [system.P] * (32 - len(K)))
+    valid = idx < system.P
+    _, control = system.equivalent_control(jnp.asarray(y), (X, Y, 0.0), jnp.asarray(modes), jnp.full(system.P, 0.5))
+    c0 = np.where(np.isin(idx, arriving), 0.0, np.append(np.asarray(control), 0.0)[idx])
+    dec = jax.jit(
+        lambda y, c0: sliding.complementarity(
+            system, y, (X, Y, 0.0), jnp.asarray(pattern), jnp.asarray(idx), jnp.asarray(valid), c0,
+            hold=jnp.asarray(np.isin(idx, arriving)),
+        )
+    )(jnp.asarray(y), jnp.asarray(c0))  # fmt: skip
+    assert float(dec.residual) <= sliding.SOLVED
+    n = len(K)
+    c, slide, up = (np.asarray(a)[:n] for a in (dec.control, dec.slide, dec.up))
+    slopes = pattern.copy()
+    slopes[K] = c
+
+    def rates(values):
+        return numpy_field(params, X, Y, values, K, layout, on_surface=False)[1][K]
+
+    r = rates(slopes)
+    own = []
+    for a in range(n):
+        sides = [rates(np.where(np.arange(len(slopes)) == K[a], v, slopes))[a] for v in (0.0, 1.0)]
+        own.append(sides[1] - sides[0])
+        size = abs(sides[0]) + abs(sides[1])
+        if slide[a]:
+            assert 0.0 < c[a] < 1.0 and abs(r[a]) <= 1e-2 * size, (K[a], c[a], r[a], sides)
+        elif up[a]:
+            assert c[a] == 1.0 and r[a] >= -1e-2 * size, (K[a], r[a], sides)
+        else:
+            assert c[a] == 0.0 and r[a] <= 1e-2 * size, (K[a], r[a], sides)
+    S = np.nonzero(slide)[0]
+    assert any(own[a] > 0.0 for a in S), "no sliding unit with d > 0: the case is not exercised"
+    J = np.empty((len(S), len(S)))
+    for j, b in enumerate(S):
+        plus, minus = slopes.copy(), slopes.copy()
+        plus[K[b]] += 0.1
+        minus[K[b]] -= 0.1
+        J[:, j] = (rates(plus) - rates(minus))[S] / 0.2
+    assert np.max(np.linalg.eigvals(J).real) < 0.0, np.linalg.eigvals(J)
