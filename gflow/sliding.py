@@ -262,8 +262,8 @@ def _natural_map(J, r, c, valid, coupled=False):
     A unit both of whose sides push into its surface has ``d_j < 0``, and ``z = c +
     ṗ/s`` is the Newton estimate of the control that zeroes its rate. With ``d_j ≥ 0``
     its rate grows with its slope, and alone it never slides (the root of its rate, if
-    inside, is unstable): it goes to the side its rates allow, ``ṗ_j(1) ≥ 0`` active, ``ṗ_j(0)
-    ≤ 0`` inactive; where both allow it, the side its slope is closest to if that side's
+    inside, is unstable): it goes to the side its rates allow, ``ṗ_j(1) ≥ 0`` active,
+    ``ṗ_j(0) ≤ 0`` inactive; where both allow it, the side its slope is closest to if that side's
     field pushes away from the surface (a repelling surface), else the inactive side
     (``σ'(0) = 0``: a tangent active field does not hold a unit active)."""
     both = valid[:, None] & valid[None, :]
@@ -459,9 +459,10 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     coupled to it hold it (the stability of a sliding set is that of its whole Jacobian,
     not of its diagonal: on the 20-point Scale problem at ``t = 17.65`` one of the 27
     units on their surfaces has ``d_j = +5e-12``, while with all 27 held every eigenvalue
-    of their Jacobian has real part at most ``−1.0e-11``), and with rates below the loss's round-off counted as zero
-    (:meth:`gflow.events.System.output_round_off`: near an interpolating state ``out − Y``
-    keeps only a few digits, and the rates ``ṗ`` no more)."""
+    of their Jacobian has real part at most ``−1.0e-11``), and with rates below the
+    loss's round-off counted as zero (:meth:`gflow.events.System.output_round_off`: near
+    an interpolating state ``out − Y`` keeps only a few digits, and the rates ``ṗ`` no
+    more)."""
     kw = dict(y=y, data=data, base=base, idx=idx, valid=valid)
     K = idx.shape[0]
     c0 = jnp.where(valid, c0, 0.0)

@@ -191,8 +191,9 @@ def test_a_unit_whose_own_slide_is_unstable_is_held_by_the_units_coupled_to_it()
     slides has its control in ``(0, 1)`` and its rate at most 1e-2 of its one-sided rates
     (the field keeps about five digits here, ``out − Y`` being 1e-10 of ``Y``, and a
     unit's one-sided rates are as small as 3e-12), every other unit's rate points to its
-    side within that, and the sliding set is stable: every eigenvalue of its Jacobian ``∂ṗ/∂c`` (central
-    differences; the rates are affine in each control) has a negative real part."""
+    side within that, and the sliding set is stable: every eigenvalue of its Jacobian
+    ``∂ṗ/∂c`` (central differences; the rates are affine in each control) has a negative
+    real part."""
     z = np.load(Path(__file__).parent / "data" / "scale_kink.npz")
     params, X, Y, modes = [z[f"arr_{i}"] for i in range(10)], z["X"], z["Y"], z["modes"]
     shapes = [W.shape for W in params]
