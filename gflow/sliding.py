@@ -88,19 +88,18 @@ def _rates_residual(system, cK, *, y, data, base, idx, valid):
     return jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
 
 
-def _residual_and_jacobian(system, cK, *, y, data, base, idx, valid, noise=False, coupled=False):
+def _residual_and_jacobian(system, cK, *, y, data, base, idx, valid, noise=False, rho=0.0):
     """:func:`_rates_residual` and its Jacobian in ``cK`` (:meth:`System.rates_jacobian`;
     unused slots: identity rows and columns); with ``noise``, also each rate's round-off
-    ``64·ε·‖∇p_j‖·‖θ̇‖`` (a rate below it is zero: it cannot be told from zero), and with
-    ``coupled`` (true or false, may be traced) ``64·(ε + ρ)·‖∇p_j‖·‖θ̇‖``, ``ρ`` the
-    field's relative round-off from its loss (:meth:`System.output_round_off`)."""
+    ``64·(ε + ρ)·‖∇p_j‖·‖θ̇‖`` (a rate below it is zero: it cannot be told from zero),
+    ``ρ`` the field's relative round-off beyond that of the passes (0, or the loss's:
+    :meth:`System.output_round_off`)."""
     slopes = _with_controls(base, idx, valid, cK)
     field, pdot = system.field_and_rates(y, data, slopes)
     r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
     J, norms = system.rates_jacobian(y, data, slopes, field, idx, norms=True)
     J = jnp.where(valid[:, None] & valid[None, :], J, jnp.eye(idx.shape[0]))
     if noise:
-        rho = jnp.where(coupled, system.output_round_off(y, data), 0.0)
         return J, r, 64.0 * (jnp.finfo(field.dtype).eps + rho) * norms * jnp.linalg.norm(field)
     return J, r
 
@@ -277,11 +276,11 @@ def _natural_map(J, r, c, valid, coupled=False):
     return s, z, valid & (z <= 0.0), valid & (z >= 1.0)
 
 
-def _active_set(system, kw, c0, hold, rate_floor, coupled):
+def _active_set(system, kw, c0, hold, rate_floor, coupled, rho):
     """The active-set iterations of :func:`complementarity` from ``c0`` with the units in
-    ``hold`` held (``coupled``: :func:`_natural_map`, :func:`_residual_and_jacobian`);
-    returns the point with the least natural residual as ``(c, (J, r, s, lo, hi),
-    residual, iterations)``."""
+    ``hold`` held (``coupled``: :func:`_natural_map`; ``rho``:
+    :func:`_residual_and_jacobian`); returns the point with the least natural residual as
+    ``(c, (J, r, s, lo, hi), residual, iterations)``."""
     valid = kw["valid"]
     K = valid.shape[0]
     eye = jnp.eye(K)
@@ -289,7 +288,7 @@ def _active_set(system, kw, c0, hold, rate_floor, coupled):
     def linearise(c, held):
         """The linearisation at ``c`` with the ``held`` units at their bounds, its natural
         residual, and each unit's own (that of a held unit as if it were free)."""
-        J, r, noise = _residual_and_jacobian(system, c, **kw, noise=True, coupled=coupled)
+        J, r, noise = _residual_and_jacobian(system, c, **kw, noise=True, rho=rho)
         noise = jnp.maximum(noise, rate_floor)
         # A held unit keeps its side only where its rate clearly points into it (σ'(0) = 0:
         # a tangent field does not hold a unit on its active side).
@@ -467,12 +466,13 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     K = idx.shape[0]
     c0 = jnp.where(valid, c0, 0.0)
     hold = jnp.zeros(K, bool) if hold is None else hold & valid
+    rho = system.output_round_off(y, data)  # the state is fixed: once for the rounds
 
     def round_(carry):
         # Round 0 from c0; if unsolved, round 1 from the minimum of ‖g‖² (_descend); if
         # still unsolved, round 2 from c0 again, coupled.
         c_start, held, n, _ = carry
-        found = _active_set(system, kw, c_start, held, rate_floor, n == 2)
+        found = _active_set(system, kw, c_start, held, rate_floor, n == 2, jnp.where(n == 2, rho, 0.0))
         c, (J, r, s, lo, hi), residual, _ = found
         again = (residual > SOLVED) & (n < 2)
         fixed = valid & (jnp.diagonal(J) >= -_SENSITIVITY_FLOOR) & (lo | hi)
