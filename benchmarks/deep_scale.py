@@ -22,8 +22,12 @@ With ``--gd 1e-3,5e-4`` it also runs full-batch gradient descent
 time and prints both losses beside gflow's: GD follows the flow to first order in ``η``, so
 ``|L_GD(η) − L_GF|`` halves with ``η`` wherever the flow is computed right (issue 26, item 4).
 
+With ``--state PATH`` the end point (weights, data, modes, time, status) is also written
+to an ``.npz`` (:func:`save_state`), to look at a stop or continue from it.
+
 Run: ``python -m benchmarks.deep_scale [--depth 10 --width 20 --points 20 --t1 100
---max-sliding 64 --max-steps 20000] [--gd 1e-3,5e-4] [--out benchmarks/results/deep_scale.json]``. The
+--max-sliding 64 --max-steps 20000] [--gd 1e-3,5e-4] [--state PATH] [--out
+benchmarks/results/deep_scale.json]``. The
 README's rows took 5–27 minutes each on the 2-core CPU.
 """
 
@@ -64,7 +68,21 @@ def descent_losses(params, X, Y, ts, lr):
     return losses
 
 
-def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=()):
+def save_state(path, sol, X, Y):
+    """The run's end point as ``.npz``, to look at or restart from where it stopped:
+    the weights ``W0`` … (in order), ``X``, ``Y``, ``t``, ``status``, the final modes and
+    those just before ``t`` (``modes_before``: a member stopped at an unresolved kink ends
+    with the kink partly applied), written atomically."""
+    from gflow._io import atomic_write
+
+    before = sol.modes_at(max(sol.t * (1.0 - 1e-12), 0.0))
+    weights = {f"W{i}": np.asarray(W) for i, W in enumerate(sol.params)}
+    arrays = dict(weights, X=X, Y=Y, t=sol.t, status=sol.status.name, modes=np.asarray(sol.final_modes),
+                  modes_before=np.asarray(before))  # fmt: skip
+    atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None):
     import gflow
     from gflow.reference import balance_drift, loss_value
 
@@ -73,6 +91,8 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=()):
     t = time.perf_counter()
     sol = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=max_steps, max_sliding=max_sliding, saveat=ts)
     wall = time.perf_counter() - t
+    if state:
+        save_state(state, sol, X, Y)
     end = [np.asarray(W) for W in sol.params]
     gaps = sol.mode_gaps(X)
     # Along the way: mode gaps and the energy identity at the save times reached.
@@ -108,13 +128,14 @@ def main(argv=None):
     parser.add_argument("--max-sliding", type=int, default=64)
     parser.add_argument("--max-steps", type=int, default=20_000, help="iterations at most (default 20,000)")
     parser.add_argument("--gd", default="", help="step sizes for gradient descent beside the flow, e.g. 1e-3,5e-4")
+    parser.add_argument("--state", default="", help="also write the end point to this .npz (default: not)")
     parser.add_argument("--out", default="benchmarks/results/deep_scale.json")
     args = parser.parse_args(argv)
     gd = tuple(float(v) for v in args.gd.split(",") if v)
     import gflow  # noqa: F401  (float64)
 
     machine = machine_info()
-    r = run(args.depth, args.width, args.points, args.t1, args.max_sliding, args.max_steps, gd)
+    r = run(args.depth, args.width, args.points, args.t1, args.max_sliding, args.max_steps, gd, args.state)
     s = r["stats"]
     print(f"depth {r['depth']}, width {r['width']}, {r['n']} points ({r['preactivations']} pre-activations), "
           f"t1 {r['t1']:g}, max_sliding {r['max_sliding']}")  # fmt: skip
