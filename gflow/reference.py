@@ -74,6 +74,9 @@ _MARGIN_LOSSES = ("exponential", "logistic")
 # zero and does not move (a frozen neuron); far below any real pre-activation.
 _TINY = np.finfo(np.float64).tiny
 
+# First step after a crossing, relative to max(1, t) (filippov_flow, "Events").
+_FIRST_STEP = 1e-6
+
 # Largest n·d_l·d_{l-1} for which a layer is computed by broadcast-and-sum in JAX
 # rather than a matrix product (measured crossover on XLA:CPU: 2000-8000).
 _SMALL_PRODUCT = 4096
@@ -857,6 +860,17 @@ def filippov_flow(
       min-norm slope reaches 1), or `s_j^−` falls through 0 (it leaves to the inactive
       side: slope 0).
 
+    SciPy looks for sign changes of the event functions at the ends of its steps only,
+    so a unit that crosses at an event and comes back within the next step would be
+    missed (depth 4, teacher seed 149 of `benchmarks/filippov`: a unit crossed to its
+    active side at `t = 0.6516`, its `p` rose to 8e-9 and fell back through 0 at
+    `0.6524`, inside SciPy's first step, and the run went on with the unit active at
+    `p = −5e-6`). After a crossing the integration therefore starts with a step of
+    `_FIRST_STEP·max(1, t)`, from which DOP853 grows its steps by at most 10× each, so
+    that step ends fall inside any such excursion longer than about ten times that step.
+    (Starting every integration so, after sliding events too, made two of
+    `benchmarks/filippov`'s problems chatter: more than 10,000 events.)
+
     At an event, the unit whose test fired goes to its side, and every other unit of
     `K`, the unit that arrived, and every unit within round-off (`16·ε·max(1, max|p|)`)
     of its surface or past it becomes a candidate for `K`. The candidates are
@@ -1047,6 +1061,7 @@ def filippov_flow(
     K = []
     events, saved, nfev, n_events, drift = [], [], 0, 0, 0.0
     pattern, K = resolve(theta, pattern, K, {}, [])
+    first_step = None  # SciPy's own choice, except after a crossing (see "Events")
     events += record(0.0, preacts(theta) > 0, [], pattern, K)
     next_save = 0
 
@@ -1086,9 +1101,14 @@ def filippov_flow(
 
         watched = np.flatnonzero(~frozen(pattern, K_arr) & ~np.isin(np.arange(n_entries), K_arr))
         fns, owners = [], []
+        # A unit that starts a little past its surface (within round-off, left on its side
+        # by the last event) fires once it is past by twice that: with the offset TINY
+        # alone its event function would start on the far side of 0 and never change sign.
+        p_start = preacts(theta)
         for j in watched:
             side = 1.0 if pattern[j] else -1.0
-            fns.append(make_event(lambda p, sp, sm, j=j, side=side: p[j] + side * _TINY, -side))
+            offset = max(_TINY, -2.0 * side * p_start[j])
+            fns.append(make_event(lambda p, sp, sm, j=j, side=side, offset=offset: p[j] + side * offset, -side))
             owners.append(("p", int(j), 0))
         for a, j in enumerate(K):
             fns.append(make_event(lambda p, sp, sm, a=a: sp[a], 1.0))
@@ -1105,6 +1125,7 @@ def filippov_flow(
                 atol=atol,
                 events=fns or None,
                 dense_output=True,
+                first_step=first_step,
             )
             nfev += int(sol.nfev)
             if sol.status == -1:
@@ -1134,6 +1155,7 @@ def filippov_flow(
         if n_events > max_events:
             raise RuntimeError(f"filippov_flow: more than max_events={max_events} events before t={t} (t1={t1}).")
         what, j, side = owners[k]
+        first_step = min(_FIRST_STEP * max(1.0, t), t1 - t) if what == "p" and t < t1 else None
         if len(K):
             drift = max(drift, float(np.max(np.abs(preacts(theta)[K_arr]))))
         forced = {j: side} if what == "s" else {}

@@ -202,23 +202,38 @@ def _newton_controls_jvp(system, primals, tangents):
 def _solve_small(A, b):
     """Solve ``A x = b`` for small ``(..., n, n)`` systems (any leading axes; ``b`` is
     ``(..., n)`` or a matrix ``(..., n, m)`` of right-hand sides) by Gauss–Jordan
-    elimination with partial pivoting, unrolled and written with selects only: under
-    ``vmap`` on CPU this is far cheaper than a batched LAPACK call for the tiny systems of
-    sliding controls, and it fuses with the code around it."""
+    elimination with partial pivoting, written with selects only: under ``vmap`` on CPU
+    this is far cheaper than a batched LAPACK call for the tiny systems of sliding
+    controls, and it fuses with the code around it. Up to ``_UNROLL_COLUMNS`` columns the
+    elimination is written out; above, one column per iteration of a loop, whose program
+    does not grow with ``n`` (the same operations, so the same result to the bit)."""
     n = A.shape[-1]
     vector = b.ndim == A.ndim - 1
     M = jnp.concatenate([A, b[..., None] if vector else b], axis=-1)
     rows = jnp.arange(n)
-    for col in range(n):
-        piv = jnp.argmax(jnp.where(rows >= col, jnp.abs(M[..., :, col]), -1.0), axis=-1)
+
+    def eliminate(col, M):
+        piv = jnp.argmax(jnp.where(rows >= col, jnp.abs(jnp.take(M, col, axis=-1)), -1.0), axis=-1)
         is_piv = (rows == piv[..., None])[..., None]  # (..., n, 1)
         row_piv = jnp.sum(jnp.where(is_piv, M, 0.0), axis=-2, keepdims=True)
-        row_col = M[..., col : col + 1, :]
+        row_col = jax.lax.dynamic_slice_in_dim(M, col, 1, axis=-2)
         is_col = (rows == col)[:, None]
         M = jnp.where(is_col, row_piv, jnp.where(is_piv, row_col, M))
-        pivot_row = M[..., col : col + 1, :] / M[..., col : col + 1, col : col + 1]
-        M = jnp.where(is_col, pivot_row, M - M[..., :, col : col + 1] * pivot_row)
+        pivot = jax.lax.dynamic_slice_in_dim(M, col, 1, axis=-2)
+        pivot_row = pivot / jax.lax.dynamic_slice_in_dim(pivot, col, 1, axis=-1)
+        return jnp.where(is_col, pivot_row, M - jax.lax.dynamic_slice_in_dim(M, col, 1, axis=-1) * pivot_row)
+
+    if n <= _UNROLL_COLUMNS:
+        for col in range(n):
+            M = eliminate(col, M)
+    else:
+        M = jax.lax.fori_loop(0, n, eliminate, M)
     return M[..., :, n] if vector else M[..., :, n:]
+
+
+# Gauss–Jordan columns written out (more: a loop, see _solve_small): up to the depth-2
+# block solves of ``events._BLOCK_POINTS`` points, whose run time was measured written out.
+_UNROLL_COLUMNS = 5
 
 
 _CP_MAX = 48  # semismooth Newton steps at most at one kink

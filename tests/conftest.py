@@ -34,6 +34,16 @@ def share_compilation_cache():
     jax.config.update("jax_compilation_cache_dir", folder)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _drop_compiled_programs():
+    """Each test file's compiled programs are dropped when it ends: every program keeps
+    about 1,250 memory mappings (XLA:CPU maps each kernel on its own) and Linux allows
+    65,530 per process, so one process running the whole suite used to die inside XLA's
+    compiler after about fifty programs (``tests/xla_map_count.py``)."""
+    yield
+    jax.clear_caches()
+
+
 @pytest.fixture(scope="session")
 def authors():
     """The authors' two-point data (SPEC §4)."""

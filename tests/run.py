@@ -1,7 +1,8 @@
 """Run the test suite: one pytest process per test file, several files at a time.
 
-One process for the whole suite crashes inside XLA's compiler (README), so each file gets
-its own. Most of a file's time is XLA compiling its programs, mostly on one core, so
+One process for the whole suite ran out of memory mappings and died inside XLA's compiler
+(every compiled program keeps about 1,250: ``tests/xla_map_count.py``, Known limitations),
+so each file gets its own. Most of a file's time is XLA compiling its programs, mostly on one core, so
 files run side by side: on 2 cores two at a time took 1,072-1,084 s for the suite where
 one after the other took about 1,440 s (2026-12-01). The slowest files start first; each file's output is printed when it ends, and the exit
 status is 1 if any file failed (every file still runs).

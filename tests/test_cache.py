@@ -84,3 +84,23 @@ def test_a_cached_demo_matches_a_compiled_one_and_an_edited_program_misses(tmp_p
     edited, after = demo("edited", _EDITED_DEMO)
     assert len(after) == 2 and set(programs) < set(after)  # its own entry, not the stale one
     assert edited == compiled
+
+
+@pytest.mark.quick
+def test_clearing_jax_caches_unmaps_compiled_programs():
+    """The suite's per-file fixture (conftest) relies on it: a compiled gflow program holds
+    about 1,250 memory mappings of the process (tests/xla_map_count.py), and
+    ``jax.clear_caches()`` releases them; counted from /proc/self/maps."""
+    import jax
+
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("needs /proc/self/maps (Linux)")
+    from xla_map_count import compile_one, mappings  # tests/ is on the path (conftest's folder)
+
+    jax.clear_caches()
+    before = mappings()
+    compile_one(7)
+    added = mappings() - before
+    assert added >= 300, added  # a program's kernels, each mapped on its own
+    jax.clear_caches()
+    assert mappings() - before <= 0.1 * added, (before, added, mappings())

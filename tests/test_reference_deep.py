@@ -179,6 +179,28 @@ def test_parked_unit_leaves_when_the_field_turns():
     assert max_diff(runs[0].params, runs[1].params) <= 1e-9
 
 
+def test_a_unit_that_crosses_and_comes_back_within_one_step_is_caught():
+    """Depth 4, teacher seed 149 (a ``benchmarks/filippov`` problem): unit (2, 1, 5)
+    crosses to its active side at t = 0.6516, its ``p`` rises to 8e-9 and falls back
+    through 0 at t = 0.6524. SciPy checks event signs at step ends only, and a first step
+    past the return left the unit active at ``p = −5e-6`` by t = 0.662. At t = 0.662 the
+    pattern replayed from the events must match the signs of the pre-activations of the
+    end point (NumPy's forward pass): every unit off its surface on the side the events
+    say, every sliding unit on its surface."""
+    params, X, Y = teacher_problem(149, (3, 5, 5, 5, 1), 6)
+    res = filippov_flow(params, X, Y, t1=0.662)
+    p0 = preactivations(params, X)
+    side = {(layer, j, i): 1 if p0[layer][j, i] > 0 else -1 for layer in range(3) for j in range(5) for i in range(6)}
+    for e in res.events:
+        unit = (e.layer, e.neuron, e.point)
+        side[unit] = 0 if e.kind == "slide_start" else (e.side if e.kind in ("slide_end", "cross") else side[unit])
+    p = preactivations(res.params, X)
+    assert side[(2, 1, 5)] == 0, [e for e in res.events if (e.layer, e.neuron, e.point) == (2, 1, 5)]
+    for (layer, j, i), s in side.items():
+        value = p[layer][j, i]
+        assert (abs(value) <= 1e-9) if s == 0 else (s * value > -1e-9), ((layer, j, i), s, value)
+
+
 def test_weight_decay_energy_identity():
     """With weight decay the flow is that of L + (λ/2)‖θ‖², and the balance quantities decay
     like e^{−2λt}."""

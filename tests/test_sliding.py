@@ -179,6 +179,26 @@ def test_output_round_off_is_the_regression_losses_cancellation():
     assert float(system.output_round_off(y, (X, out, 0.0))) == 1.0
 
 
+@pytest.mark.quick
+def test_small_solves_looped_and_written_out_agree_to_the_bit(monkeypatch):
+    """``_solve_small`` above ``_UNROLL_COLUMNS`` columns loops over them (the program
+    does not grow with the slot count); written out or looped it must be the same
+    elimination: bit-identical results, and both ``A⁻¹b`` to round-off against LAPACK
+    (NumPy), for one and for several right-hand sides, under ``vmap``."""
+    rng = np.random.default_rng(3)
+    for n in (6, 13):
+        A = rng.normal(size=(5, n, n)) + 0.1 * np.eye(n)
+        for b in (rng.normal(size=(5, n)), rng.normal(size=(5, n, 3))):
+            solve = jax.jit(jax.vmap(sliding._solve_small))
+            looped = np.asarray(solve(A, b))
+            monkeypatch.setattr(sliding, "_UNROLL_COLUMNS", n)
+            written = np.asarray(jax.jit(jax.vmap(sliding._solve_small))(A, b))
+            monkeypatch.undo()
+            assert np.array_equal(looped, written)
+            expected = np.linalg.solve(A, b if b.ndim == 3 else b[..., None])
+            np.testing.assert_allclose(looped, expected if b.ndim == 3 else expected[..., 0], rtol=1e-10, atol=1e-11)
+
+
 def test_a_unit_whose_own_slide_is_unstable_is_held_by_the_units_coupled_to_it():
     """The state at which the 20-point Scale run (``benchmarks.deep_scale``: depth 10,
     width 20) stopped with ``KINK_UNRESOLVED`` before the coupled round
