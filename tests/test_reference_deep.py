@@ -10,7 +10,7 @@ import pytest
 import scipy.optimize
 from conftest import max_diff
 
-from benchmarks.filippov import teacher_problem  # the benchmark's problems (same generator)
+from benchmarks.filippov import PROBLEMS, teacher_problem  # the benchmark's problems (same generator)
 from gflow.reference import _min_norm_point, balance_drift, filippov_flow, preactivations, scipy_flow
 
 RTOL, ATOL = 1e-12, 1e-14  # filippov_flow's default tolerances
@@ -187,10 +187,11 @@ def test_a_unit_that_crosses_and_comes_back_within_one_step_is_caught():
     pattern replayed from the events must match the signs of the pre-activations of the
     end point (NumPy's forward pass): every unit off its surface on the side the events
     say, every sliding unit on its surface."""
-    params, X, Y = teacher_problem(149, (3, 5, 5, 5, 1), 6)
+    widths, n, _, _ = PROBLEMS["depth4"]
+    params, X, Y = teacher_problem(149, widths, n)
     res = filippov_flow(params, X, Y, t1=0.662)
     p0 = preactivations(params, X)
-    side = {(layer, j, i): 1 if p0[layer][j, i] > 0 else -1 for layer in range(3) for j in range(5) for i in range(6)}
+    side = {(layer, j, i): 1 if v > 0 else -1 for layer, P in enumerate(p0) for (j, i), v in np.ndenumerate(P)}
     for e in res.events:
         unit = (e.layer, e.neuron, e.point)
         side[unit] = 0 if e.kind == "slide_start" else (e.side if e.kind in ("slide_end", "cross") else side[unit])
