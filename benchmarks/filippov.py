@@ -208,7 +208,11 @@ def run_shape(name, seeds, rtol, atol, tight, tol):
         if sol_tight is not None:
             st = sol_tight[b]
             row["dtheta_tight"] = max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(st.params, ref.params))
-            row["dt_events_tight"] = compare(gflow_events(st), theirs, tol, gflow_events(st, ("cut",)))["dt_events"]
+            tight_events = compare(gflow_events(st), theirs, tol, gflow_events(st, ("cut",)))
+            row["dt_events_tight"] = tight_events["dt_events"]
+            row["agree_tight"] = bool(
+                row["dtheta_tight"] <= tol and tight_events["dt_events"] <= tol and not tight_events["first_difference"]
+            )
         rows.append(row)
     B = len(seeds)
     batch = dict(shape=name, widths=widths, n=n, t1=t1, B=B, gflow_first_call_s=gflow_first, gflow_s=gflow_wall,
@@ -277,11 +281,17 @@ def main(argv=None):
         energy_defect_max=max(r["energy_defect"] for r in rows), mode_gap_max=max(r["mode_gap"] for r in rows),
         most_sliding_min=min((r["most_sliding_reference"] for r in compared), default=0),
     )  # fmt: skip
+    if tight:
+        summary["agree_tight"] = sum(r["agree_tight"] for r in rows)
+        summary["disagree_tight"] = [(r["shape"], r["seed"]) for r in rows if not r["agree_tight"]]
     print(f"overall: {summary['agree']} of {summary['problems']} problems agree to {args.tol:g} "
           f"(max |Δθ| {summary['dtheta_max']:.1e}, max |Δt| {summary['dt_events_max']:.1e}; over the agreeing ones "
           f"{summary['dtheta_max_agreeing'] or 0:.1e}, {summary['dt_events_max_agreeing'] or 0:.1e}); energy defect "
           f"≤ {summary['energy_defect_max']:.1e}; mode gap ≤ {summary['mode_gap_max']:.1e}; disagree: "
           f"{summary['disagree']}; the reference raised on {summary['reference_failed']}")  # fmt: skip
+    if tight:
+        print(f"at rtol {tight[0]:g}, atol {tight[1]:g}: {summary['agree_tight']} of {summary['problems']} agree; "
+              f"disagree: {summary['disagree_tight']}")  # fmt: skip
     print(describe(machine))
     save_record(args.out, "filippov", vars(args), machine, dict(summary=summary, batches=batches, problems=rows))
 

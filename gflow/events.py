@@ -41,7 +41,10 @@ next (SPEC §2):
   it there reach theirs at the same instant, their pre-activations proportional to
   ``p_j``: they follow ``j`` (*slaved*). ``j``'s active-side rate is taken with them in
   the modes they had (that side's field backpropagates through them); if ``j`` stays,
-  they keep those modes, if it leaves, they are cut.
+  they keep those modes, if it leaves, they are cut. Conversely, where a unit arriving
+  from its inactive side is the first that can carry its point again, the cut units
+  above it there take the sides their pre-activations (multiples of its output) have on
+  its active side (*revived*), and its active-side rate is taken with them so.
 
 Signs are decided with a relative tolerance, so round-off at the surface never flips a
 decision back and forth, and the integrator never looks at the sign of ``p`` to pick a
@@ -538,6 +541,29 @@ class System:
         strands.append(jnp.zeros(widths[-1] * n, bool))
         return cut, jnp.concatenate(strands)
 
+    def revived(self, y, mode, pending):
+        """Cut units that pending units arriving from their inactive sides would reconnect,
+        and the modes they take on those units' active side: ``(revived, modes)``, both
+        ``(P,)``. Bias-free: where an arriving unit is the only one of its layer at its point
+        that can carry anything, every pre-activation above it there is a fixed multiple of
+        its output: with it at ``h = 1`` and nothing else there, their signs are the sides
+        those units go to as soon as it is active. Its active-side field backpropagates
+        through them in those modes (a depth-4 kink at which the arriving unit's rates were
+        +0.128 inactive and −0.83 active with them, +0.128 on both sides with them cut:
+        ``σ'(0) = 0`` had sent it through an attracting surface)."""
+        cut = self.cut(mode)[0]
+        arriving = pending & (mode == INACTIVE) & ~cut
+        revived = cut & ~self.cut(jnp.where(arriving, ACTIVE, mode))[0]
+        params, n, z, h, start = self.unravel(y), self.n, [], None, 0
+        for ell, d in enumerate(self.hidden_widths):
+            a = arriving[start : start + d * n].reshape(d, n)
+            r = revived[start : start + d * n].reshape(d, n)
+            z_l = jnp.zeros((d, n)) if h is None else params[ell] @ h
+            h = jnp.where(a, 1.0, jnp.where(r & (z_l > 0), z_l, 0.0))
+            z.append(z_l.reshape(-1))
+            start += d * n
+        return revived, jnp.where(jnp.concatenate(z) > 0, ACTIVE, INACTIVE)
+
     def vanished(self, mode):
         """``(P,)`` bool: units whose point has no *active* unit in some layer below (units
         held on their surfaces count as inactive). Where pending units at an event are the
@@ -585,7 +611,7 @@ class System:
 
         The set decided is the pending units and every sliding unit, each started from its
         present slope (1 from the active side, 0 from the inactive side, its control if it
-        slides). Two cases are structural rather than decided (bias-free networks):
+        slides). Three cases are structural rather than decided (bias-free networks):
 
         - *Slaved* units: where pending units are the last active ones of their layer at a
           point, every unit above them there sits at its surface too, its pre-activation
@@ -596,12 +622,17 @@ class System:
           pre-activation 0 in every unit above it, whatever the weights do; by
           ``σ'(0) = 0`` they are inactive. A unit held on its surface whose slope then acts
           on nothing (*stranded*) leaves by the sign of its own rate.
+        - *Revived* units (:meth:`revived`): cut units above a unit arriving from its
+          inactive side, the first that can carry its point again, take the modes they
+          have on its active side while it is decided (so that side's field backpropagates
+          through them), keep them if it slides or goes active, and are cut again if not.
 
         Cuts change the field, so the problem is solved again on what remains until
         nothing more is cut (at most one round per hidden layer)."""
         P = self.P
         _, control = self.equivalent_control(y, data, mode, control)
         slaved = self.vanished(jnp.where(pending, INACTIVE, mode)) & ~self.vanished(mode)
+        revived, revived_mode = self.revived(y, mode, pending)
         main = ((mode == SLIDING) | pending) & ~slaved
         idx = jnp.nonzero(main, size=self.K, fill_value=P)[0]
         # More than K: the sliding units take the slots first and the arrivals left over
@@ -643,7 +674,9 @@ class System:
             mode_new = jnp.where(stranded, jnp.where(rate > 0, ACTIVE, INACTIVE), mode_new).astype(mode.dtype)
             return mode_new, c, dec, cut_all | cut, jnp.any(cut | stranded), jnp.zeros((), bool)
 
-        mode0 = jnp.where(decided, SLIDING, mode).astype(mode.dtype)  # every decided unit: on its surface
+        # Every decided unit on its surface; revived units in their modes (cut again below
+        # if the units under them do not stay, with no record: their p never left 0).
+        mode0 = jnp.where(decided, SLIDING, jnp.where(revived, revived_mode, mode)).astype(mode.dtype)
         empty = sliding.Decision(
             control=start, slide=valid, up=jnp.zeros_like(valid), a_plus=jnp.zeros_like(start),
             a_minus=jnp.zeros_like(start), residual=jnp.zeros(()), iterations=jnp.zeros((), jnp.int32),

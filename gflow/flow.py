@@ -502,42 +502,75 @@ class _Program:
         )
 
     def _member_locate(self, c, s, o, data, n_sliding, chord):
-        """Illinois on H(τ) = min over candidates of their guards; keeps H(lo) > 0 ≥ H(hi)."""
+        """Illinois on H(τ) = min over candidates of their guards; keeps H(lo) > 0 ≥ H(hi).
+
+        A unit that has not left its round-off band since its last event fires only a band
+        past its surface (``o["shift"]``), yet it crossed where its guard reached 0: after
+        coming back through its surface inside the band (depth 4: a unit crossed to its
+        active side, its ``p`` rose to 8e-9 and came back through 0 within one step, and
+        its slide started 2.9e-5 late, the rate there being 4e-5). Such units are then timed
+        at their surfaces: probes back from the band's edge, each twice as far as the last
+        (from one band-width over the samples' slope, which a curved guard makes 200 times
+        too steep there), find a time where their unshifted guards are positive, and Illinois
+        locates the zero between. If none does before the step's start (the unit never left
+        its surface), the band's edge stands. One loop and one call of the guards (their
+        compiled size): ``phase`` 0 locates the band's edge, 1 probes back, 2 locates the
+        zero, 3 is done at the band's edge, 4 at the zero."""
         system = self.system
         interp = self.interpolant(c, s.t, o["t_next"], o["dense"])
 
-        def H(tau):
+        def guards(tau, shift):
             y = interp.evaluate(tau)
             g, _, p = system.guards(y, data, s.mode, s.control, n_sliding, chord)
-            g = self.held_guards(jnp.where(jnp.isnan(g), -1.0, g), p, s.mode, o["noise"]) + o["shift"]
-            return jnp.min(jnp.where(o["cand"], g, jnp.inf)), g
+            return self.held_guards(jnp.where(jnp.isnan(g), -1.0, g), p, s.mode, o["noise"]) + shift
 
-        f_lo = jnp.min(jnp.where(o["cand"], o["G_lo"], jnp.inf))
-        f_hi = jnp.min(jnp.where(o["cand"], o["G_hi"], jnp.inf))
+        def low(g, mask):
+            return jnp.min(jnp.where(mask, g, jnp.inf))
+
+        f_lo, f_hi = low(o["G_lo"], o["cand"]), low(o["G_hi"], o["cand"])
+        slope = jnp.maximum((f_lo - f_hi) / (o["hi"] - o["lo"]), jnp.finfo(jnp.float64).tiny)
         tol = 4 * jnp.finfo(jnp.float64).eps * jnp.maximum(jnp.abs(o["hi"]), 1.0)
 
         def cond(carry):
-            lo, hi, *_, it = carry
-            return (hi - lo > tol) & (it < 200) & o["has_event"]
+            *_, phase, it, _ = carry
+            return (phase < 3) & (it < 200) & o["has_event"]
 
         def body(carry):
-            lo, hi, f_lo, f_hi, g_hi, side, it = carry
+            lo, hi, f_lo, f_hi, g_hi, side, mask, shift, edge, at_edge, phase, it, k = carry
             tau = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
             # Every third iteration, or when the secant leaves the bracket, bisect.
             bad = ~jnp.isfinite(tau) | (tau <= lo) | (tau >= hi) | (it % 3 == 2)
             tau = jnp.where(bad, 0.5 * (lo + hi), tau)
-            f, g = H(tau)
-            right = f <= 0
-            # Illinois: halve the retained end's value when the same side is kept twice.
-            f_lo_new = jnp.where(right, jnp.where(side == 1, 0.5 * f_lo, f_lo), f)
-            f_hi_new = jnp.where(right, f, jnp.where(side == -1, 0.5 * f_hi, f_hi))
-            return (
-                jnp.where(right, lo, tau), jnp.where(right, tau, hi), f_lo_new, f_hi_new,
-                jnp.where(right, g, g_hi), jnp.where(right, 1, -1), it + 1,
+            probing = phase == 1
+            tau = jnp.where(probing, jnp.maximum(s.t, hi - 2.0**k * o["noise"] / slope), tau)
+            g = guards(tau, shift)
+            f = low(g, mask)
+            right, found = f <= 0, (f > 0) & probing
+            # Illinois: halve the retained end's value when the same side is kept twice
+            # (a probe keeps no side).
+            lo, f_lo = jnp.where(right, lo, tau), jnp.where(right, jnp.where(side == 1, 0.5 * f_lo, f_lo), f)
+            hi, f_hi = jnp.where(right, tau, hi), jnp.where(right, f, jnp.where(side == -1, 0.5 * f_hi, f_hi))
+            g_hi, side = jnp.where(right, g, g_hi), jnp.where(probing, 0, jnp.where(right, 1, -1))
+            # The band's edge located (then probe back if a unit there is not armed), a probe
+            # on the positive side (then locate the zero) or none left, the zero located.
+            converged = (hi - lo <= tol) & ~probing
+            first = converged & (phase == 0)
+            banded = mask & (g_hi <= 0) & (shift > 0)
+            to_probe = first & jnp.any(banded)
+            edge, at_edge = jnp.where(first, hi, edge), jnp.where(first, mask & (g_hi <= 0), at_edge)
+            mask, g_hi = jnp.where(to_probe, banded, mask), jnp.where(to_probe, g_hi - shift, g_hi)
+            f_hi, shift = jnp.where(to_probe, low(g_hi, mask), f_hi), jnp.where(to_probe, 0.0, shift)
+            given_up = probing & ~found & ((k + 1 >= _BACK_PROBES) | (tau <= s.t))
+            phase = jnp.select(
+                [to_probe, first, found, given_up, converged & (phase == 2)], [1, 3, 2, 3, 4], phase
             )  # fmt: skip
+            it = jnp.where(to_probe | found, 0, it + 1)
+            k = jnp.where(phase == 1, jnp.where(to_probe, 0, k + 1), 0)
+            return lo, hi, f_lo, f_hi, g_hi, side, mask, shift, edge, at_edge, phase, it, k
 
-        lo, hi, _, _, g_hi, _, _ = jax.lax.while_loop(cond, body, (o["lo"], o["hi"], f_lo, f_hi, o["G_hi"], 0, 0))
-        return hi, o["cand"] & (g_hi <= 0)
+        start = (o["lo"], o["hi"], f_lo, f_hi, o["G_hi"], 0, o["cand"], o["shift"], o["hi"], o["cand"], 0, 0, 0)
+        _, hi, _, _, g_hi, _, mask, _, edge, at_edge, phase, _, _ = jax.lax.while_loop(cond, body, start)
+        return jnp.where(phase == 3, edge, hi), jnp.where(phase == 3, at_edge, mask & (g_hi <= 0))
 
     def _resolve(self, c, s, o, resolve, done):
         """Resolve the kinks at the end of forced steps (:meth:`gflow.events.System.handle`).
@@ -712,6 +745,7 @@ class _Kinks(NamedTuple):
 
 
 _IDLE = -1  # a lane with no trajectory left to integrate
+_BACK_PROBES = 40  # most probes back from the round-off band's edge for a unit's zero (_member_locate)
 _RATE_FLOOR = 1e-2  # times atol: rates of units on their surfaces that count as zero at a kink
 
 

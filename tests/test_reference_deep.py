@@ -202,6 +202,63 @@ def test_a_unit_that_crosses_and_comes_back_within_one_step_is_caught():
         assert (abs(value) <= 1e-9) if s == 0 else (s * value > -1e-9), ((layer, j, i), s, value)
 
 
+def test_a_unit_back_at_its_surface_inside_its_round_off_band_is_timed_at_the_surface():
+    """The same problem in gflow: unit (2, 1, 5) comes back to its surface without having
+    left gflow's round-off band since its crossing, where its guard fires only once it is
+    a band past the surface. The event must still be timed where ``p`` reaches 0: the
+    reference's slide start to 1e-6 (gflow 0.3.2 timed it at the band's edge, 2.9e-5 late,
+    the rate being 4e-5 there), with the same events and weights on both sides."""
+    import gflow
+
+    widths, n, _, _ = PROBLEMS["depth4"]
+    params, X, Y = teacher_problem(149, widths, n)
+    sol = gflow.simulate(params, X, Y, t1=0.66, rtol=1e-10, atol=1e-12, max_sliding=10)
+    ref = filippov_flow(params, X, Y, t1=0.66, max_sliding=10)
+    assert any(
+        (e.layer, e.neuron, e.point, e.kind) == (2, 1, 5, "slide_start") and abs(e.t - 0.65242) < 1e-5
+        for e in ref.events
+    )
+    assert_same_events_and_weights(sol, ref)
+
+
+def test_a_unit_arriving_under_a_cut_point_slides_on_the_reference():
+    """Depth 4, teacher seed 50 (a ``benchmarks/filippov`` problem): at t = 0.6887670 unit
+    (1, 3, 3) arrives from its inactive side at point 3, where the other units of its
+    layer are inactive, so the five units above it there are cut (p ≡ 0). Its
+    rate is +0.128 on its inactive side; on its active side the units above it there go
+    to the sides of their weights from it and its rate is −0.83: it slides (the
+    reference, whose min-norm point over all eight units on their surfaces has norm
+    0.62135). gflow 0.3.2 took its active side with them cut (σ'(0) = 0), found +0.128
+    there too and crossed; the runs were 0.011 apart at t = 5."""
+    import gflow
+
+    widths, n, _, _ = PROBLEMS["depth4"]
+    params, X, Y = teacher_problem(50, widths, n)
+    sol = gflow.simulate(params, X, Y, t1=0.8, rtol=1e-10, atol=1e-12, max_sliding=10)
+    ref = filippov_flow(params, X, Y, t1=0.8, max_sliding=10)
+    assert any(
+        (e.layer, e.neuron, e.point, e.kind) == (1, 3, 3, "slide_start") and abs(e.t - 0.688767) < 1e-6
+        for e in ref.events
+    )
+    assert_same_events_and_weights(sol, ref)
+
+
+def assert_same_events_and_weights(sol, ref):
+    """gflow's crossings, slide starts and slide ends are the reference's events, each
+    within 1e-6 in time; the final weights agree to 1e-6; the energy identity holds."""
+    keyed = ("cross", "slide_start", "slide_end")  # gflow's touch/repel/cut have no counterpart
+    ours = sorted(
+        ((r["layer"], r["neuron"], r["point"], r["kind"], r["direction"]), r["t"])
+        for r in sol.crossings.rows()
+        if r["kind"] in keyed
+    )
+    theirs = sorted(((e.layer, e.neuron, e.point, e.kind, e.side), e.t) for e in ref.events)
+    assert [k for k, _ in ours] == [k for k, _ in theirs]
+    assert max(abs(a[1] - b[1]) for a, b in zip(ours, theirs, strict=True)) <= 1e-6
+    assert max_diff(sol.params, ref.params) <= 1e-6
+    assert sol.energy_defect <= 1e-8
+
+
 def test_weight_decay_energy_identity():
     """With weight decay the flow is that of L + (λ/2)‖θ‖², and the balance quantities decay
     like e^{−2λt}."""
