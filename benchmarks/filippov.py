@@ -140,6 +140,28 @@ def compare(ours, ref, tol, cuts=()):
                 unmatched_reference=[list(e) for e in right], first_difference=first)  # fmt: skip
 
 
+def shared_surface(params, X, Y, difference, tol=1e-12):
+    """The other points at which the unit of a first difference shares its surface when it
+    happens: its layer's inputs there are positive multiples of those at its point (1 − cos
+    ≤ `tol`, in the reference's state at that time), so the neuron's pre-activations at
+    those points are multiples of its own and vanish together. Which of such units carries
+    a sliding control, or is called on which side, does not change the flow: their events
+    are labels, not crossings. `[]` if none."""
+    from gflow.reference import filippov_flow
+
+    event = difference["reference"] or difference["gflow"]
+    layer, point = event[1], event[3]
+    state = filippov_flow(params, X, Y, t1=difference["t"], max_sliding=MAX_SLIDING).params
+    h = np.asarray(X, dtype=np.float64)
+    for W in state[:layer]:
+        h = np.maximum(h @ np.asarray(W).T, 0.0)
+    norms = np.linalg.norm(h, axis=1)
+    if norms[point] == 0:
+        return []
+    cos = h @ h[point] / np.maximum(norms * norms[point], np.finfo(np.float64).tiny)
+    return [int(k) for k in np.flatnonzero((1.0 - cos <= tol) & (norms > 0)) if k != point]
+
+
 def gflow_events(sol_b, kinds=KEYED):
     """gflow's records of one member of the given kinds, as tuples."""
     rows = sol_b.crossings.rows()
@@ -205,6 +227,8 @@ def run_shape(name, seeds, rtol, atol, tight, tol):
             iterations=int(sb.stats["num_iterations"]), reference_nfev=int(ref.nfev),
             wall_reference_s=ref_wall, events=dict(gflow=[list(e) for e in ours], reference=[list(e) for e in theirs]),
         )  # fmt: skip
+        if row["first_difference"] and not failed:
+            row["first_difference"]["shared_with"] = shared_surface(params, X, Y, row["first_difference"])
         if sol_tight is not None:
             st = sol_tight[b]
             row["dtheta_tight"] = max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(st.params, ref.params))
@@ -213,6 +237,11 @@ def run_shape(name, seeds, rtol, atol, tight, tol):
             row["agree_tight"] = bool(
                 row["dtheta_tight"] <= tol and tight_events["dt_events"] <= tol and not tight_events["first_difference"]
             )
+            row["first_difference_tight"] = tight_events["first_difference"]
+            if tight_events["first_difference"] and not failed:
+                row["first_difference_tight"]["shared_with"] = shared_surface(
+                    params, X, Y, tight_events["first_difference"]
+                )
         rows.append(row)
     B = len(seeds)
     batch = dict(shape=name, widths=widths, n=n, t1=t1, B=B, gflow_first_call_s=gflow_first, gflow_s=gflow_wall,
@@ -265,6 +294,14 @@ def main(argv=None):
                   f"gflow {_fmt_event(f['gflow'])}, reference {_fmt_event(f['reference'])}")  # fmt: skip
             print(f"    gflow near: {'; '.join(_fmt_event(e) for e in f['gflow_near']) or '—'}")
             print(f"    reference near: {'; '.join(_fmt_event(e) for e in f['reference_near']) or '—'}")
+            if f["shared_with"]:
+                print(f"    on a surface shared with the same neuron's units at points {f['shared_with']} "
+                      "(inputs positive multiples of each other): a label, not a crossing")  # fmt: skip
+        f = r.get("first_difference_tight")
+        if f and not r["reference_error"]:
+            shared = f" (surface shared with points {f['shared_with']})" if f["shared_with"] else ""
+            print(f"    at the tight tolerances: first difference at t = {f['t']:.9g} ({f['what']}): "
+                  f"gflow {_fmt_event(f['gflow'])}, reference {_fmt_event(f['reference'])}{shared}")  # fmt: skip
     for b in batches:
         print(f"{b['shape']} ({b['B']} problems, one batch): gflow {b['gflow_first_call_s']:.1f} s with compilation, "
               f"{b['gflow_s']:.2f} s without ({b['gflow_per_problem_s']:.3f} s per problem); reference "

@@ -164,3 +164,24 @@ def test_filippov_pairs_a_reference_crossing_with_gflows_cut_of_that_unit():
     assert not out["unmatched_gflow"] and not out["unmatched_reference"] and out["first_difference"] is None
     alone = compare(ours, ref, 1e-6)
     assert alone["unmatched_reference"] == [list(ref[1])] and alone["first_difference"]["what"] == "reference only"
+
+
+def test_filippov_finds_units_that_share_a_surface():
+    """Depth 3, teacher seed 53 at t = 0.1731633: at points 2 and 4 only first-layer neuron
+    1 is active, so the second layer's inputs there are positive multiples of each other
+    and each of its neurons has one surface for both points; the first layer's inputs (the
+    Gaussian data) are never proportional."""
+    import numpy as np
+
+    from benchmarks.filippov import PROBLEMS, shared_surface, teacher_problem
+    from gflow.reference import filippov_flow
+
+    widths, n, _, _ = PROBLEMS["depth3"]
+    params, X, Y = teacher_problem(53, widths, n)
+    t = 0.1731633
+    h = np.maximum(X @ np.asarray(filippov_flow(params, X, Y, t1=t).params[0]).T, 0.0)
+    assert np.count_nonzero(h[2]) == np.count_nonzero(h[4]) == 1 and np.argmax(h[2]) == np.argmax(h[4])
+    second = dict(t=t, reference=[t, 1, 2, 2, "slide_start", 0], gflow=None)
+    assert shared_surface(params, X, Y, second) == [4]
+    first = dict(t=t, reference=None, gflow=[t, 0, 1, 2, "cross", 1])
+    assert shared_surface(params, X, Y, first) == []
