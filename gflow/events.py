@@ -625,7 +625,8 @@ class System:
         - *Revived* units (:meth:`revived`): cut units above a unit arriving from its
           inactive side, the first that can carry its point again, take the modes they
           have on its active side while it is decided (so that side's field backpropagates
-          through them), keep them if it slides or goes active, and are cut again if not.
+          through them), keep them if it slides or goes active (recorded as crossings with it
+          if it goes active), and are cut again if not.
 
         Cuts change the field, so the problem is solved again on what remains until
         nothing more is cut (at most one round per hidden layer)."""
@@ -675,7 +676,7 @@ class System:
             return mode_new, c, dec, cut_all | cut, jnp.any(cut | stranded), jnp.zeros((), bool)
 
         # Every decided unit on its surface; revived units in their modes (cut again below
-        # if the units under them do not stay, with no record: their p never left 0).
+        # if the units under them do not stay).
         mode0 = jnp.where(decided, SLIDING, jnp.where(revived, revived_mode, mode)).astype(mode.dtype)
         empty = sliding.Decision(
             control=start, slide=valid, up=jnp.zeros_like(valid), a_plus=jnp.zeros_like(start),
@@ -691,6 +692,8 @@ class System:
         arrived = decided & ~was_sliding
         slides = mode1 == SLIDING
         crossed = arrived & ~slides & (mode1 != mode)
+        # Revived units carried by an arriving unit that went active cross with it.
+        crossed = crossed | (revived & (mode1 == ACTIVE) & ~self.vanished(mode1))
         kind_q = lambda v: jnp.full(P, int(v), jnp.int32)  # noqa: E731
         a_plus = jnp.append(jnp.zeros(P), 0.0).at[idx].set(jnp.where(valid, dec.a_plus, 0.0))[:P]
         a_minus = jnp.append(jnp.zeros(P), 0.0).at[idx].set(jnp.where(valid, dec.a_minus, 0.0))[:P]
@@ -712,9 +715,9 @@ class System:
             kind == Kind.CUT, -1, jnp.where((kind == Kind.SLIDE_END) | crossed, jnp.where(up, 1, -1), 0)
         )
         if initial:
-            mask = (decided | cut) & ((mode1 != mode) | repel)
+            mask = (decided | cut | crossed) & ((mode1 != mode) | repel)
         else:
-            mask = (decided & ~(was_sliding & slides)) | (cut & (mode != INACTIVE)) | (pending & slaved)
+            mask = (decided & ~(was_sliding & slides)) | (cut & (mode != INACTIVE)) | (pending & slaved) | crossed
         handled = decided | (pending & slaved)
         unresolved = jnp.any(valid) & (dec.residual > sliding.SOLVED)
         # The sliding units fill the slots and units arrive: no round can decide them, and
