@@ -300,7 +300,7 @@ def main(argv=None):
         f = r.get("first_difference_tight")
         if f and not r["reference_error"]:
             shared = f" (surface shared with points {f['shared_with']})" if f["shared_with"] else ""
-            print(f"    at the tight tolerances: first difference at t = {f['t']:.9g} ({f['what']}): "
+            print(f"{r['shape']} seed {r['seed']} at the tight tolerances: first difference at t = {f['t']:.9g} ({f['what']}): "
                   f"gflow {_fmt_event(f['gflow'])}, reference {_fmt_event(f['reference'])}{shared}")  # fmt: skip
     for b in batches:
         print(f"{b['shape']} ({b['B']} problems, one batch): gflow {b['gflow_first_call_s']:.1f} s with compilation, "
