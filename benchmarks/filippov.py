@@ -147,14 +147,12 @@ def shared_surface(params, X, Y, difference, tol=1e-12):
     those points are multiples of its own and vanish together. Which of such units carries
     a sliding control, or is called on which side, does not change the flow: their events
     are labels, not crossings. `[]` if none."""
-    from gflow.reference import filippov_flow
+    from gflow.reference import _forward, filippov_flow
 
     event = difference["reference"] or difference["gflow"]
     layer, point = event[1], event[3]
     state = filippov_flow(params, X, Y, t1=difference["t"], max_sliding=MAX_SLIDING).params
-    h = np.asarray(X, dtype=np.float64)
-    for W in state[:layer]:
-        h = np.maximum(h @ np.asarray(W).T, 0.0)
+    h = _forward([np.asarray(W) for W in state], np.asarray(X, dtype=np.float64))[1][layer]
     norms = np.linalg.norm(h, axis=1)
     if norms[point] == 0:
         return []
