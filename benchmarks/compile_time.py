@@ -38,11 +38,12 @@ def measure(depth, width, n, inputs, t1):
     widths = (inputs,) + (width,) * (depth - 1) + (1,)
     params, X, Y = _problem(0, widths, n)
     load0 = os.getloadavg()[0]
-    walls, sols = [], []
+    walls, cpus, sols = [], [], []
     for _ in range(2):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         sol = gflow.simulate(params, X, Y, t1=t1, max_sliding=width, throw=False)
         walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
         sols.append(sol)
     same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(sols[0].params, sols[1].params))
     sol = sols[0]
@@ -55,6 +56,7 @@ def measure(depth, width, n, inputs, t1):
         first_call_s=walls[0],
         run_s=walls[1],
         compile_s=walls[0] - walls[1],
+        compile_cpu_s=cpus[0] - cpus[1],
         status=sol.status.name,
         t=float(sol.t),
         iterations=int(sol.stats["num_iterations"]),
@@ -86,14 +88,14 @@ def main(argv=None):
     jax.config.update("jax_compilation_cache_dir", None)  # every compile measured, none read from disk
     info = machine_info()
     config = dict(depths=depths, widths=widths, points=args.points, inputs=args.inputs, t1=args.t1)
-    print(f"{'depth':>5} {'width':>5} {'P':>6} {'compile s':>10} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}")
+    print(f"{'depth':>5} {'width':>5} {'P':>6} {'compile s':>10} {'cpu s':>7} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}")
     rows = []
     for depth in depths:
         for width in widths:
             row = measure(depth, width, args.points, args.inputs, args.t1)
             rows.append(row)
             print(
-                f"{depth:>5} {width:>5} {row['preactivations']:>6} {row['compile_s']:>10.1f} {row['run_s']:>8.2f} "
+                f"{depth:>5} {width:>5} {row['preactivations']:>6} {row['compile_s']:>10.1f} {row['compile_cpu_s']:>7.1f} {row['run_s']:>8.2f} "
                 f"{row['status']:>14} {row['events']:>6} {row['load_before']:>4.1f}-{row['load_after']:<4.1f}"
                 + ("" if row["repeat_identical"] else "  (second call differs!)"),
                 flush=True,

@@ -228,12 +228,11 @@ class _Program:
         c = _Call(t1, rtol, atol, gtol, ltol, dtol, ts, max_steps, solver, controller, L, S)
         inputs = (y0, X, Y, wd, modes, t1, rtol, atol, ts)
 
-        lanes0 = jnp.arange(L)
-        state = self.start_lanes(jnp.minimum(lanes0, jnp.maximum(count - 1, 0)).astype(jnp.int32), *inputs)
-        state = state._replace(
-            status=jnp.where(lanes0 < count, state.status, _IDLE), slot=jnp.where(lanes0 < count, state.slot, N)
-        )
-        c = c._replace(pid_reset=state.pid)
+        # Lanes are started inside the loop, at the top of the iteration after a lane
+        # frees (before the first, all of them): the program holds one copy of the start
+        # (its kinks at t = 0 included), where a start before the loop was a second.
+        lanes0 = jnp.arange(L, dtype=jnp.int32)
+        state = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(self.start_lanes, lanes0, *inputs))
         out = dict(
             y=jnp.zeros_like(y0), t=jnp.zeros(N), status=jnp.zeros(N, jnp.int32), mode=jnp.zeros((N, P), jnp.int8),
             mode0=jnp.zeros((N, P), jnp.int8), ev_t=jnp.zeros((N, E)), ev_k=jnp.zeros((N, E), jnp.int32),
@@ -243,14 +242,25 @@ class _Program:
         )  # fmt: skip
 
         def body(carry):
-            state, out, next_ = carry
-            new = self._iteration(c, state)
+            state, out, next_, start, pid_reset = carry
+            state, next_, pid_reset = jax.lax.cond(
+                jnp.any(start), functools.partial(self._start, N, count, inputs), lambda *a: a[:3],
+                state, next_, pid_reset, start,
+            )  # fmt: skip
+            new = self._iteration(c._replace(pid_reset=pid_reset), state)
             finished = (state.status == Status.RUNNING) & (new.status != Status.RUNNING)
-            refill = functools.partial(self._refill, N, count, inputs)
-            return jax.lax.cond(jnp.any(finished), refill, lambda c, f: c, (new, out, next_), finished)
+            out, new, take = jax.lax.cond(
+                jnp.any(finished), functools.partial(self._finish, N, count, next_), lambda o, s, f: (o, s, f),
+                out, new, finished,
+            )  # fmt: skip
+            return new, out, next_, take, pid_reset
 
-        carry = (state, out, jnp.minimum(jnp.int32(L), count))
-        _, out, _ = jax.lax.while_loop(lambda c: jnp.any(c[0].status == Status.RUNNING), body, carry)
+        def more(carry):
+            state, *_, start, _ = carry
+            return jnp.any(state.status == Status.RUNNING) | jnp.any(start)
+
+        carry = (state, out, jnp.int32(0), jnp.ones(L, bool), state.pid)
+        _, out, *_ = jax.lax.while_loop(more, body, carry)
         data = (X, Y, wd)
         if cfg.through:
             final_slopes = lambda y, data, mode: self.slopes_of(y, data, mode, None, False)  # noqa: E731
@@ -358,19 +368,29 @@ class _Program:
             slot=idx.astype(jnp.int32), mode0=mode, unresolved=unresolved, data=data,
         )  # fmt: skip
 
-    def _refill(self, N, count, inputs, carry, finished):
-        """Write finished lanes' results, start the next queued trajectories there."""
-        state, out, next_ = carry
+    def _start(self, N, count, inputs, state, next_, pid_reset, start):
+        """Start the next queued trajectories in the lanes ``start``, in lane order. A lane
+        left without one (the first start, with fewer trajectories than lanes) integrates a
+        copy of the last and is idle: its results are never written."""
+        queue = next_ + jnp.cumsum(start, dtype=jnp.int32) - 1
+        take = start & (queue < count)
+        fresh = self.start_lanes(jnp.clip(queue, 0, jnp.maximum(count - 1, 0)).astype(jnp.int32), *inputs)
+        state = jax.tree.map(lambda f, o: jnp.where(_bcast(start, f), f, o), fresh, state)
+        state = state._replace(
+            status=jnp.where(start & ~take, _IDLE, state.status), slot=jnp.where(start & ~take, N, state.slot)
+        )
+        # The step controller's state at a lane's start: the same for every lane.
+        return state, next_ + jnp.sum(take, dtype=jnp.int32), fresh.pid
+
+    def _finish(self, N, count, next_, out, state, finished):
+        """Write finished lanes' results; those with a trajectory left in the queue are
+        started at the top of the next iteration (``take``), the others go idle."""
         where = jnp.where(finished, state.slot, N)  # N: dropped
         out = {k: v.at[where].set(getattr(state, k), mode="drop") for k, v in out.items()}
-        new_idx = next_ + jnp.cumsum(finished, dtype=jnp.int32) - 1
-        take = finished & (new_idx < count)
-        fresh = self.start_lanes(jnp.where(take, new_idx, 0).astype(jnp.int32), *inputs)
-        state = jax.tree.map(lambda f, o: jnp.where(_bcast(take, f), f, o), fresh, state)
-        state = state._replace(
-            status=jnp.where(finished & ~take, _IDLE, state.status), slot=jnp.where(finished & ~take, N, state.slot)
-        )
-        return state, out, next_ + jnp.sum(finished, dtype=jnp.int32)
+        take = finished & (next_ + jnp.cumsum(finished, dtype=jnp.int32) - 1 < count)
+        idle = finished & ~take
+        state = state._replace(status=jnp.where(idle, _IDLE, state.status), slot=jnp.where(idle, N, state.slot))
+        return out, state, take
 
     # ---- one iteration --------------------------------------------------------------------
     def _iteration(self, c, s: _State):

@@ -148,6 +148,8 @@ def test_compile_time_separates_compile_from_run(runs):
     assert row["status"] == "REACHED_T1" and row["repeat_identical"]
     assert row["preactivations"] == 3 * 2 * 1
     assert abs(row["first_call_s"] - row["run_s"] - row["compile_s"]) < 1e-9
+    # Compiling is work of this process: its CPU time, not only the wall clock, is spent.
+    assert row["compile_cpu_s"] > 0.1 * row["compile_s"] > 0
 
 
 def test_filippov_pairs_a_reference_crossing_with_gflows_cut_of_that_unit():

@@ -303,6 +303,21 @@ def test_loss_monotone_dead_frozen_and_batch_equals_single(authors, authors_xavi
         assert np.allclose(one.crossings.t, sol.crossings.t[b, : one.crossings.count], rtol=0, atol=1e-12)
 
 
+def test_lanes_started_inside_the_loop_give_each_member_its_own_run(authors, authors_xavier):
+    """Three trajectories through two lanes: the third starts in the lane the first frees,
+    and at the end one lane idles. Each member's result is that of its own call."""
+    X, Y = authors
+    params = [W[[1, 5, 9]].copy() for W in authors_xavier]
+    sol = gflow.simulate_batch(params, X, Y, t1=20.0, lanes=2, **TIGHT)
+    assert all(s == gflow.Status.REACHED_T1 for s in sol.status)
+    for b in range(3):
+        one = gflow.simulate(_member(params, b), X, Y, t1=20.0, **TIGHT)
+        assert max_diff(one.params, _member(sol.params, b)) == 0.0
+        assert one.crossings.count == sol.crossings.count[b]
+        assert np.array_equal(one.crossings.t, sol.crossings.t[b, : one.crossings.count])
+        assert sol.energy_defect[b] == one.energy_defect
+
+
 @pytest.mark.quick
 def test_status_codes_and_one_failing_member(authors, authors_xavier):
     X, Y = authors
