@@ -88,7 +88,9 @@ def main(argv=None):
     jax.config.update("jax_compilation_cache_dir", None)  # every compile measured, none read from disk
     info = machine_info()
     config = dict(depths=depths, widths=widths, points=args.points, inputs=args.inputs, t1=args.t1)
-    print(f"{'depth':>5} {'width':>5} {'P':>6} {'compile s':>10} {'cpu s':>7} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}")
+    print(
+        f"{'depth':>5} {'width':>5} {'P':>6} {'compile s':>10} {'cpu s':>7} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}"
+    )
     rows = []
     for depth in depths:
         for width in widths:
