@@ -5,7 +5,9 @@ its first call and reused for every batch size after (in-process, and across pro
 with the command line's persistent cache). This benchmark measures, for each depth and
 width of a grid, one ``gflow.simulate`` on a fresh problem twice in one process with the
 persistent cache off: the first call pays tracing, compiling and the run, the second the
-run alone, so their difference is what a change of architecture costs. The target the
+run alone, so their difference is what a change of architecture costs, in wall time and
+in the process's CPU time (every thread; on a shared machine it moves less with the load
+than the wall time does). The target the
 issue sets is compile ≤ 30 s for depth ≤ 6 and width ≤ 20 on a 2-core CPU.
 
 Problem per shape: ``--points`` unit inputs in R^``--inputs`` (NumPy seed 0), Gaussian
