@@ -238,7 +238,7 @@ class _Program:
             mode0=jnp.zeros((N, P), jnp.int8), ev_t=jnp.zeros((N, E)), ev_k=jnp.zeros((N, E), jnp.int32),
             ev_kind=jnp.zeros((N, E), jnp.int32), ev_dir=jnp.zeros((N, E), jnp.int32), n_ev=jnp.zeros(N, jnp.int32),
             saved=jnp.zeros((N, S) + y0.shape[1:]), n_acc=jnp.zeros(N, jnp.int32), n_rej=jnp.zeros(N, jnp.int32),
-            n_iter=jnp.zeros(N, jnp.int32),
+            n_iter=jnp.zeros(N, jnp.int32), control=jnp.zeros((N, P)),
         )  # fmt: skip
 
         def body(carry):
@@ -263,12 +263,14 @@ class _Program:
         _, out, *_ = jax.lax.while_loop(more, body, carry)
         data = (X, Y, wd)
         if cfg.through:
-            final_slopes = lambda y, data, mode: self.slopes_of(y, data, mode, None, False)  # noqa: E731
+            final_slopes = lambda y, data, mode, _: self.slopes_of(y, data, mode, None, False)  # noqa: E731
         else:
-            final_slopes = lambda y, data, mode: system.equivalent_control(y, data, mode, jnp.zeros(P))[0]  # noqa: E731
-        gnorm = jax.vmap(lambda y, mode, data: jnp.linalg.norm(system.field(y, data, final_slopes(y, data, mode))))(
-            out["y"], out["mode"], data
-        )
+            # The controls a lane ends with are those of its last state (solved at the end
+            # of its last step, or by its last kink): no solve here.
+            final_slopes = lambda y, data, mode, control: system.base_slopes(mode, control)  # noqa: E731
+        gnorm = jax.vmap(
+            lambda y, mode, control, data: jnp.linalg.norm(system.field(y, data, final_slopes(y, data, mode, control)))
+        )(out["y"], out["mode"], out.pop("control"), data)
         loss = jax.vmap(system.loss)(out["y"], data)
         out["energy"], out["y"] = out["y"][:, -1], out["y"][:, :-1]
         out["saved_energy"], out["saved"] = out["saved"][..., -1], out["saved"][..., :-1]

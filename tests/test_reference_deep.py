@@ -237,6 +237,30 @@ def depth4_against_reference(seed, t1, event, at, within):
     assert_same_events_and_weights(sol, ref)
 
 
+def min_norm_speed(params, X, Y, modes):
+    """``‖θ̇‖`` of the square loss's Filippov flow at ``params`` whose units are in ``modes``
+    (gflow's flat codes): the norm of the least-norm point (Wolfe's algorithm) of the loss
+    gradients over every slope pattern of the sliding units, the active ones at 1, the
+    others at 0, and the sliding ones outputting 0 (their pre-activations are 0 to the
+    integration error)."""
+    from gflow.events import ACTIVE, SLIDING
+    from gflow.networks import unflatten_preactivations
+    from gflow.reference import _surface_forward, _vertex_gradients
+
+    hidden = [W.shape[0] for W in params[:-1]]
+    modes = np.asarray(modes)
+    active = [np.asarray(m) for m in unflatten_preactivations(modes == ACTIVE, len(X), hidden)]
+    sliding = np.flatnonzero(modes == SLIDING)
+    _, H, F = _surface_forward(params, X, [m.astype(float) for m in active])
+    patterns = []
+    for vertex in range(2 ** len(sliding)):
+        slopes = (modes == ACTIVE).astype(float)
+        slopes[sliding] = [(vertex >> k) & 1 for k in range(len(sliding))]
+        patterns.append([np.asarray(m) for m in unflatten_preactivations(slopes, len(X), hidden)])
+    gmasks = [np.stack([p[layer] for p in patterns]) for layer in range(len(hidden))]
+    return float(np.linalg.norm(_min_norm_point(_vertex_gradients(params, H, gmasks, F - Y, 0.0))[0]))
+
+
 def assert_same_events_and_weights(sol, ref):
     """gflow's crossings, slide starts and slide ends are the reference's events, each
     within 1e-6 in time; the final weights agree to 1e-6; the energy identity holds."""
@@ -322,6 +346,9 @@ def test_deep_engine_against_filippov_flow_with_three_sliding_at_once():
         assert most_sliding_at_once(ref.events) >= 3, seed
         assert sol[b].status == gflow.Status.REACHED_T1, seed
         assert_same_events_and_weights(sol[b], ref)
+        # The speed at the end is the least-norm point of the one-sided gradients' hull.
+        end = [np.asarray(W) for W in sol[b].params]
+        assert sol[b].grad_norm == pytest.approx(min_norm_speed(end, Xb, Yb, sol[b].final_modes), rel=1e-8), seed
 
 
 def test_a_kink_with_more_units_than_max_sliding_stops_the_member_on_the_reference():
