@@ -4,8 +4,8 @@ The problem of the README's "Scale" table: widths ``(5, m, …, m, 1)`` with ``d
 hidden layers of width ``m``, Xavier-normal weights (``jax.random.PRNGKey(2)``), ``n``
 inputs ``jax.random.normal(PRNGKey(0), (n, 5))`` on the unit sphere, targets
 ``|N(0, 1)| + 0.5`` (``PRNGKey(1)``), square loss, ``gflow.simulate`` with
-``events="stop"`` to ``t1`` (rtol 1e-8, atol 1e-10, at most ``--max-steps`` iterations,
-default 20,000).
+``events="stop"`` to ``t1`` (``--rtol``, ``--atol``: gflow's defaults 1e-8 and 1e-10;
+at most ``--max-steps`` iterations, default 20,000).
 
 Reported: status, time reached, iterations (accepted / rejected), events by kind, the
 loss at the start and the end (gflow's, and NumPy's from ``gflow.reference`` for the same
@@ -22,11 +22,19 @@ With ``--gd 1e-3,5e-4`` it also runs full-batch gradient descent
 time and prints both losses beside gflow's: GD follows the flow to first order in ``η``, so
 ``|L_GD(η) − L_GF|`` halves with ``η`` wherever the flow is computed right (issue 26, item 4).
 
+With ``--per-k M`` it also measures what an iteration costs against ``K``, the number of
+units sliding at once (issue 26, item 5): from the state at each save time reached, with
+its modes (:meth:`gflow.Solution.modes_at`), it runs ``M`` more iterations with the same
+compiled program (one untimed call first) and prints ``K`` there, the most units sliding in
+any event of those iterations, the slot count of the sliding solves that ``K`` selects
+(:func:`gflow.events.slot_sizes`) and the wall time per iteration.
+
 With ``--state PATH`` the end point (weights, data, modes, time, status) is also written
 to an ``.npz`` (:func:`save_state`), to look at a stop or continue from it.
 
 Run: ``python -m benchmarks.deep_scale [--depth 10 --width 20 --points 20 --t1 100
---max-sliding 64 --max-steps 20000] [--gd 1e-3,5e-4] [--state PATH] [--out
+--max-sliding 64 --max-steps 20000 --rtol 1e-8 --atol 1e-10] [--gd 1e-3,5e-4] [--per-k 40]
+[--state PATH] [--out
 benchmarks/results/deep_scale.json]``. The
 README's rows took 5–27 minutes each on the 2-core CPU.
 """
@@ -56,13 +64,16 @@ def problem(depth, width, n):
 
 
 def descent_losses(params, X, Y, ts, lr):
-    """Full-batch GD's loss at the times ``ts`` (from 0), stepping ``round(Δt/lr)`` steps
-    between them."""
+    """Full-batch GD's loss at the times ``ts`` (from 0), ``Δt/lr`` steps between them
+    (``lr`` must divide the intervals: GD at ``η`` is compared at ``t = kη``)."""
     from gflow.reference import gradient_descent, loss_value
 
     losses, p, t = [], [np.asarray(W) for W in params], 0.0
     for tau in ts:
-        p = gradient_descent(p, X, Y, lr=lr, steps=int(round((tau - t) / lr)))
+        steps = (tau - t) / lr
+        if abs(steps - round(steps)) > 1e-9 * max(steps, 1.0):
+            raise ValueError(f"--gd: step size {lr:g} does not divide the interval {tau - t:g} between save times")
+        p = gradient_descent(p, X, Y, lr=lr, steps=int(round(steps)))
         t = tau
         losses.append(loss_value(p, X, Y, "square"))
     return losses
@@ -82,14 +93,46 @@ def save_state(path, sol, X, Y):
     atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
-def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None):
+def iteration_cost(sol, X, Y, ts, reached, t1, max_sliding, iterations, tolerances):
+    """Wall time per iteration from the state at each save time in ``reached``, against the
+    units sliding there (module docstring): one row per save time."""
+    import gflow
+    from gflow import events
+
+    def from_save(i, steps):
+        params = [np.asarray(W[i]) for W in sol.ys]
+        modes = np.asarray(sol.modes_at(ts[i]))
+        # The same options and number of save times as the run: its compiled program.
+        t = time.perf_counter()
+        again = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=steps, max_sliding=max_sliding,
+                               saveat=ts, modes=modes, **tolerances)  # fmt: skip
+        return again, modes, time.perf_counter() - t
+
+    from_save(reached[0], 1)  # untimed: loads the program (compiled by the run)
+    sizes = events.slot_sizes(max_sliding)
+    rows = []
+    for i in reached:
+        again, modes, wall = from_save(i, iterations)
+        K = int(np.sum(modes == events.SLIDING))
+        counts = [K] + [int(np.sum(np.asarray(again.modes_at(t)) == events.SLIDING)) for t in again.crossings.t]
+        done = int(again.stats["num_iterations"])
+        rows.append(dict(
+            t=float(ts[i]), K=K, K_max=max(counts), slots=min((s for s in sizes if s >= K), default=0) if K else 0,
+            iterations=done, wall_s=wall, s_per_iteration=wall / max(done, 1), status=again.status.name,
+        ))  # fmt: skip
+    return rows
+
+
+def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, per_k=0, rtol=1e-8, atol=1e-10):
     import gflow
     from gflow.reference import balance_drift, loss_value
 
     params, X, Y = problem(depth, width, n)
     ts = np.linspace(0.0, t1, 41)
     t = time.perf_counter()
-    sol = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=max_steps, max_sliding=max_sliding, saveat=ts)
+    tolerances = dict(rtol=rtol, atol=atol)
+    sol = gflow.simulate(params, X, Y, t1=t1, throw=False, max_steps=max_steps, max_sliding=max_sliding, saveat=ts,
+                         **tolerances)  # fmt: skip
     wall = time.perf_counter() - t
     if state:
         save_state(state, sol, X, Y)
@@ -107,6 +150,7 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None):
         kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
     return dict(
         depth=depth, width=width, n=n, preactivations=n * width * (depth - 1), t1=t1, max_sliding=max_sliding,
+        rtol=rtol, atol=atol,
         max_steps=max_steps,
         status=sol.status.name, t=float(sol.t), stats={k: int(v) for k, v in sol.stats.items()}, events=kinds,
         loss0=float(loss0), loss=float(sol.loss),
@@ -116,6 +160,7 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None):
         energy_defect_saved_max=float(np.max(saved_defect)), loss_rise_max=float(np.max(np.diff(saved_loss), initial=0.0)),
         saved_t=ts[reached].tolist(), saved_loss=saved_loss.tolist(), saved_gaps=saved_gaps, wall_s=wall,
         gd={str(lr): descent_losses(params, X, Y, ts[reached], lr) for lr in gd},
+        per_k=iteration_cost(sol, X, Y, ts, reached, t1, max_sliding, per_k, tolerances) if per_k else [],
     )  # fmt: skip
 
 
@@ -126,8 +171,12 @@ def main(argv=None):
     parser.add_argument("--points", type=int, default=20, help="data points (default 20)")
     parser.add_argument("--t1", type=float, default=100.0)
     parser.add_argument("--max-sliding", type=int, default=64)
+    parser.add_argument("--rtol", type=float, default=1e-8, help="gflow's rtol (default 1e-8, gflow's)")
+    parser.add_argument("--atol", type=float, default=1e-10, help="gflow's atol (default 1e-10, gflow's)")
     parser.add_argument("--max-steps", type=int, default=20_000, help="iterations at most (default 20,000)")
     parser.add_argument("--gd", default="", help="step sizes for gradient descent beside the flow, e.g. 1e-3,5e-4")
+    parser.add_argument("--per-k", type=int, default=0, metavar="M",
+                        help="also time M iterations from each save time's state, against the units sliding there")  # fmt: skip
     parser.add_argument("--state", default="", help="also write the end point to this .npz (default: not)")
     parser.add_argument("--out", default="benchmarks/results/deep_scale.json")
     args = parser.parse_args(argv)
@@ -135,10 +184,11 @@ def main(argv=None):
     import gflow  # noqa: F401  (float64)
 
     machine = machine_info()
-    r = run(args.depth, args.width, args.points, args.t1, args.max_sliding, args.max_steps, gd, args.state)
+    shape = (args.depth, args.width, args.points, args.t1, args.max_sliding, args.max_steps)
+    r = run(*shape, gd, args.state, args.per_k, args.rtol, args.atol)
     s = r["stats"]
     print(f"depth {r['depth']}, width {r['width']}, {r['n']} points ({r['preactivations']} pre-activations), "
-          f"t1 {r['t1']:g}, max_sliding {r['max_sliding']}")  # fmt: skip
+          f"t1 {r['t1']:g}, max_sliding {r['max_sliding']}, rtol {r['rtol']:g}, atol {r['atol']:g}")  # fmt: skip
     print(f"status {r['status']} at t = {r['t']:.4g}; iterations {s['num_iterations']} "
           f"({s['num_accepted']} accepted, {s['num_rejected']} rejected); events {r['events']}")  # fmt: skip
     print(f"loss {r['loss0']:.4g} -> {r['loss']:.4g} (NumPy {r['loss_numpy']:.4g}); §3 drift {r['drift']:.1e}; "
@@ -153,6 +203,11 @@ def main(argv=None):
             gf, losses = r["saved_loss"][i], [r["gd"][str(lr)][i] for lr in gd]
             ratio = (losses[0] - gf) / (losses[-1] - gf) if len(gd) > 1 and losses[-1] != gf else float("nan")
             print(f"{t:7.2f}  {gf:10.3e}  " + "  ".join(f"{v:10.3e}" for v in losses) + f"  {ratio:8.3f}")
+    if r["per_k"]:
+        print("time     K  K max  slots  iterations  s/iteration  status")
+        for row in r["per_k"]:
+            print(f"{row['t']:6.2f}  {row['K']:3d}  {row['K_max']:5d}  {row['slots']:5d}  {row['iterations']:10d}  "
+                  f"{row['s_per_iteration']:11.3f}  {row['status']}")  # fmt: skip
     print(describe(machine))
     save_record(args.out, "deep_scale", vars(args), machine, r)
 

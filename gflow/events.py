@@ -133,6 +133,17 @@ class Kind(enum.IntEnum):
     surface with it (:meth:`System.cut`, :meth:`System.handle`)."""
 
 
+def slot_sizes(K):
+    """Slot counts of the sliding solves for at most ``K`` units sliding at once: 1, 4,
+    16, …, ``K``, without a count above half the next (16 with ``K = 20``: its solves would
+    save at most a fifth of the run time of ``K``'s). Each is a branch of every sliding
+    solve (about 30 s of compilation each for a depth-10 net); with the Jacobian carried
+    through a step (:meth:`System.chord`) room to spare costs little, and powers of 2 ran
+    only 9% faster than these at 50 points (depth 10, width 20)."""
+    sizes = sorted({min(4**i, K) for i in range(K.bit_length() + 1)})
+    return [size for size, above in zip(sizes, sizes[1:] + [2 * K]) if 2 * size <= above]
+
+
 class System:
     """The smooth pieces of the gradient field of one network on one data set.
 
@@ -312,23 +323,13 @@ class System:
             inverse, scale = _damped_inverse(J, valid)
             return jnp.eye(K).at[:size, :size].set(inverse), scale
 
-        sizes = self._slot_sizes()
+        sizes = slot_sizes(self.K)
         routes = [lambda: (jnp.eye(K), jnp.ones(()))] + [functools.partial(at, size) for size in sizes[1:]]
         if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_):
             index = jnp.where(n_sliding, len(routes) - 1, 0)
         else:
             index = jnp.where(n_sliding > 1, jnp.searchsorted(jnp.array(sizes[1:]), n_sliding) + 1, 0)
         return jax.lax.switch(jnp.minimum(index, len(routes) - 1), routes)
-
-    def _slot_sizes(self):
-        """Slot counts of the sliding solves: 1, 4, 16, …, ``K``, without a count above
-        half the next (16 with ``K = 20``: its solves would save at most a fifth of the
-        run time of ``K``'s). Each is a branch of every sliding solve (about 30 s of
-        compilation each for a depth-10 net); with the Jacobian carried through a step
-        (:meth:`chord`) room to spare costs little, and powers of 2 ran only 9% faster
-        than these at 50 points (depth 10, width 20)."""
-        sizes = sorted({min(4**i, self.K) for i in range(self.K.bit_length() + 1)})
-        return [size for size, above in zip(sizes, sizes[1:] + [2 * self.K]) if 2 * size <= above]
 
     def _depth2_system(self, y, data, base):
         """Depth 2: with ``β = ∂ℓ/∂H`` (``H`` the hidden activations, ``(n, d_1)``) and the
@@ -457,7 +458,7 @@ class System:
         ``n_sliding`` is batch-wide: the most units sliding in any member (a bool means
         "some, any number"), so that the choice stays a real branch under vmap. Nothing
         slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1, 4,
-        16, … or ``K`` sliding units, the fewest that fit (:meth:`_slot_sizes`); in
+        16, … or ``K`` sliding units, the fewest that fit (:func:`slot_sizes`); in
         deeper networks one sliding unit takes :meth:`_single_control`. Depth 2 with at
         most ``_BLOCK_POINTS`` points: :meth:`_controls_depth2_blocks` whenever some unit
         slides (for tiny problems written out scalar by scalar,
@@ -472,7 +473,7 @@ class System:
                 lambda: blocks(y, data, mode, control),
                 lambda: (self.base_slopes(mode, control), control),
             )
-        sizes = self._slot_sizes()
+        sizes = slot_sizes(self.K)
         routes = [lambda: (self.base_slopes(mode, control), control)]
         for size in sizes:
             if size == 1 and len(self.hidden_widths) > 1:

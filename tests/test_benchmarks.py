@@ -5,8 +5,9 @@ are compared against (SciPy's reference, one device, gflow at rtol 1e-12, first-
 GD). No timing is checked.
 
 The benchmark processes are started together by the first test (two at a time, one per
-core) and each compiles its own programs; ``deep_scale`` and ``through`` are left out
-(their problems are fixed and take minutes), as is PyTorch (not a dependency).
+core) and each compiles its own programs; ``deep_scale`` runs at a small size (depth 3),
+``through`` is left out (its problems are fixed and take minutes), as is PyTorch (not a
+dependency).
 """
 
 import json
@@ -16,6 +17,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import share_compilation_cache
 
@@ -34,6 +36,10 @@ RUNS = {
     "scaling": ["--batches", "1,4", "--depths", "2", "--widths", "2", "--points", "2", "--t1s", "20", "--base-batch", "4"],
     "compile_time": ["--depths", "2", "--widths", "2", "--points", "3", "--t1", "5"],
     "tail": ["--seeds", "6", "--members", "2", "--t0", "5", "--t1", "20", "--pids", "0.2:0.4"],
+    "deep_scale": [
+        "--depth", "3", "--width", "6", "--points", "8", "--t1", "5", "--max-sliding", "8", "--gd", "1e-3,5e-4",
+        "--per-k", "10",
+    ],
 }  # fmt: skip
 
 
@@ -187,3 +193,27 @@ def test_filippov_finds_units_that_share_a_surface():
     assert shared_surface(params, X, Y, second) == [4]
     first = dict(t=t, reference=None, gflow=[t, 0, 1, 2, "cross", 1])
     assert shared_surface(params, X, Y, first) == []
+
+
+def test_deep_scale_at_a_small_size(runs):
+    """``benchmarks/deep_scale.py`` on a depth-3 net whose units slide: the flow reaches
+    ``t1`` with the energy identity and the mode gaps at the integration error, its loss
+    is NumPy's and never rises, GD approaches it at first order in ``η``, and the cost per
+    iteration is measured from every save time with the units sliding there."""
+    r = runs["deep_scale"][2]["results"]
+    assert r["status"] == "REACHED_T1" and r["events"]["slide_start"] >= 2
+    assert r["loss"] == pytest.approx(r["loss_numpy"], rel=1e-12)
+    assert r["energy_defect_saved_max"] <= 1e-8 and r["drift"] <= 1e-9
+    assert r["gap_saved_max"] <= 10 * (1e-10 + 1e-8)  # 10·(atol + rtol·|p|) at the defaults, |p| ≤ 1
+    assert r["loss_rise_max"] <= 0.0
+    # First order in η: Richardson's 2·GD(η/2) − GD(η) removes GD's O(η) error, and what
+    # is left of its distance from the flow is O(η²).
+    flow, big, small = (np.array(v) for v in (r["saved_loss"], r["gd"]["0.001"], r["gd"]["0.0005"]))
+    assert np.max(np.abs(2 * small - big - flow)) <= 0.1 * np.max(np.abs(big - flow))
+    rows = r["per_k"]
+    assert [row["t"] for row in rows] == r["saved_t"]
+    assert max(row["K"] for row in rows) >= 2
+    for row in rows:
+        assert row["iterations"] == 10 and row["status"] == "MAX_STEPS"
+        assert row["K"] <= row["K_max"] and (row["slots"] >= row["K"] > 0 or row["slots"] == row["K"] == 0)
+        assert row["s_per_iteration"] > 0
