@@ -597,8 +597,9 @@ class System:
         instead, see :meth:`_handle_deep`);
         ``unresolved`` is true where the decision could not be solved to tolerance
         (:attr:`gflow.Status.KINK_UNRESOLVED`). With
-        ``initial``, the units were found on their surfaces at ``t = 0`` (in the inactive
-        mode, by ``σ'(0) = 0``) and only what changes is recorded. ``rate_floor``: rates of
+        ``initial`` (a bool, may be traced), the units were found on their surfaces at
+        ``t = 0`` (in the inactive mode, by ``σ'(0) = 0``) and only what changes is
+        recorded. ``rate_floor``: rates of
         units on their surfaces below it count as zero (deep networks; the integrator
         passes a hundredth of ``atol``, a drift below the integration error).
         """
@@ -715,10 +716,11 @@ class System:
         direction = jnp.where(
             kind == Kind.CUT, -1, jnp.where((kind == Kind.SLIDE_END) | crossed, jnp.where(up, 1, -1), 0)
         )
-        if initial:
-            mask = (decided | cut | crossed) & ((mode1 != mode) | repel)
-        else:
-            mask = (decided & ~(was_sliding & slides)) | (cut & (mode != INACTIVE)) | (pending & slaved) | crossed
+        mask = jnp.where(
+            initial,
+            (decided | cut | crossed) & ((mode1 != mode) | repel),
+            (decided & ~(was_sliding & slides)) | (cut & (mode != INACTIVE)) | (pending & slaved) | crossed,
+        )
         handled = decided | (pending & slaved)
         unresolved = jnp.any(valid) & (dec.residual > sliding.SOLVED)
         # The sliding units fill the slots and units arrive: no round can decide them, and
@@ -759,25 +761,29 @@ class System:
         plus_pos, plus_neg = a_plus > tol, a_plus < -tol
         minus_pos, minus_neg = a_minus > tol, a_minus < -tol
         was_active = jnp.append(mode, INACTIVE)[idx] == ACTIVE
-        if initial:
-            # Starting on the surface in the inactive mode (σ'(0) = 0): only an inactive
-            # field that lifts p off the surface changes anything.
-            slide = ~was_active & minus_pos & plus_neg
-            rise = ~was_active & minus_pos & ~plus_neg
-            down = jnp.zeros_like(rise)
-            repel = ~was_active & minus_neg & plus_pos
-        else:
-            # The guard fired, so the unit arrived from its own side: its own field pushes
-            # into the surface, whatever round-off says. From the active side it slides if
-            # the inactive field pushes back, touches and stays if the active field clearly
-            # pushes away (a graze), else crosses (a_- ≈ 0 included: the convention σ'(0) = 0
-            # makes a unit whose inactive field is tangent inactive, e.g. a dying neuron).
-            # The inactive side mirrors this.
-            stay = jnp.where(was_active, plus_pos, minus_neg)
-            slide = ~stay & jnp.where(was_active, minus_pos, plus_neg)
-            down = was_active & ~stay & ~slide
-            rise = ~was_active & ~stay & ~slide
-            repel = stay & jnp.where(was_active, minus_neg, plus_pos)
+        # Starting on the surface in the inactive mode (``initial``; σ'(0) = 0): only an
+        # inactive field that lifts p off the surface changes anything.
+        start = (
+            ~was_active & minus_pos & plus_neg,
+            ~was_active & minus_pos & ~plus_neg,
+            jnp.zeros_like(was_active),
+            ~was_active & minus_neg & plus_pos,
+        )
+        # Otherwise the guard fired, so the unit arrived from its own side: its own field
+        # pushes into the surface, whatever round-off says. From the active side it slides
+        # if the inactive field pushes back, touches and stays if the active field clearly
+        # pushes away (a graze), else crosses (a_- ≈ 0 included: the convention σ'(0) = 0
+        # makes a unit whose inactive field is tangent inactive, e.g. a dying neuron). The
+        # inactive side mirrors this.
+        stay = jnp.where(was_active, plus_pos, minus_neg)
+        slide = ~stay & jnp.where(was_active, minus_pos, plus_neg)
+        arrival = (
+            slide,
+            ~was_active & ~stay & ~slide,
+            was_active & ~stay & ~slide,
+            stay & jnp.where(was_active, minus_neg, plus_pos),
+        )
+        slide, rise, down, repel = (jnp.where(initial, a, b) for a, b in zip(start, arrival))
         new_mode_q = jnp.where(
             slide, SLIDING, jnp.where(down, INACTIVE, jnp.where(rise, ACTIVE, jnp.append(mode, 0)[idx]))
         )
@@ -788,7 +794,7 @@ class System:
         a_minus_in = jnp.maximum(a_minus, 0.0)
         a_plus_in = jnp.minimum(a_plus, 0.0)
         c_q = jnp.where(slide, a_minus_in / jnp.where(slide, a_minus_in - a_plus_in, 1.0), 0.0)
-        record_q = valid & (slide | rise | repel) if initial else valid
+        record_q = valid & jnp.where(initial, slide | rise | repel, True)
 
         def put(base, values):
             return jnp.append(base, base[:1]).at[idx].set(jnp.where(valid, values, jnp.append(base, base[:1])[idx]))[:P]

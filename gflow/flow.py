@@ -295,50 +295,30 @@ class _Program:
             # A given sliding unit whose control falls outside [0, 1] (a run continued
             # with another field: data, loss, weight decay) is no longer held by its
             # surface; its guard, min(c, 1 - c), would start negative and never fire.
-            # It is decided afresh with the units on their surfaces.
+            # It is decided afresh with the units on their surfaces (its slide's end is
+            # recorded, see _member_handle).
             _, c = system.equivalent_control(y, data, mode, jnp.zeros(P))
             gone = (mode == ev.SLIDING) & ((c < 0.0) | (c > 1.0))
-            return jnp.where(gone, ev.INACTIVE, mode).astype(mode.dtype), on_surface | gone, gone
+            return jnp.where(gone, ev.INACTIVE, mode).astype(mode.dtype), on_surface | gone
 
         y = y0[idx]
         data = (X[idx], Y[idx], wd[idx])
         mode, on_surface, armed = vmap(member_init)(y, data, modes[idx])
-        gone = jnp.zeros((L, P), bool)
+        given = mode
         if not cfg.through:
-            mode, on_surface, gone = jax.lax.cond(
+            mode, on_surface = jax.lax.cond(
                 jnp.any(mode == ev.SLIDING),
                 lambda a: vmap(member_recheck)(y, data, *a),
-                lambda a: a + (gone,),
+                lambda a: a,
                 (mode, on_surface),
             )
-        control = jnp.zeros((L, P))
-        buffers = (
-            jnp.full((L, E), jnp.nan), jnp.full((L, E), -1, jnp.int32), jnp.full((L, E), -1, jnp.int32),
-            jnp.zeros((L, E), jnp.int32), jnp.zeros(L, jnp.int32),
-        )  # fmt: skip
-
-        def initial_events(args):
-            mode, control, _, *buffers = args
-            handle = functools.partial(system.handle, initial=True, rate_floor=_RATE_FLOOR * atol)
-            mode, control, _, records, unresolved = vmap(handle)(y, data, mode, control, on_surface)
-            # A given sliding unit decided afresh records its slide's end (unless it
-            # slides on), not the decision of a unit arriving at its surface.
-            (mask, kind, direction), *rest = records
-            ended = gone & (mode != ev.SLIDING)
-            records = (
-                (mask & ~gone, kind, direction),
-                *rest,
-                (ended, jnp.full((L, P), int(ev.Kind.SLIDE_END), jnp.int32), jnp.where(mode == ev.ACTIVE, 1, -1)),
-            )
-            return (mode, control, unresolved) + self._write(records, jnp.zeros(L), *buffers)
-
-        unresolved = jnp.zeros(L, bool)
-        if cfg.through:
-            mode, control, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = (mode, control, unresolved) + buffers
         else:
-            mode, control, unresolved, ev_t, ev_k, ev_kind, ev_dir, n_ev = jax.lax.cond(
-                jnp.any(on_surface), initial_events, lambda a: a, (mode, control, unresolved) + buffers
-            )
+            on_surface = jnp.zeros((L, P), bool)
+        control = jnp.zeros((L, P))
+        # The units on their surfaces (and given sliding units decided afresh) are decided
+        # by the loop's kink stage (:meth:`_resolve`) in the lane's first iteration, a
+        # forced step of length 0 at t = 0, with ``initial`` semantics.
+        first = jnp.any(on_surface, axis=1)
         armed = armed & (mode != ev.SLIDING)
         n_sliding = jnp.max(jnp.sum(mode == ev.SLIDING, axis=1))  # most units sliding in any lane
 
@@ -362,12 +342,14 @@ class _Program:
             save_i = save_i + at0.astype(jnp.int32)
         zeros_i = jnp.zeros(L, jnp.int32)
         return _State(
-            t=jnp.zeros(L), y=y, mode=mode, control=control, dt=dt0, dt_resume=dt0,
+            t=jnp.zeros(L), y=y, mode=mode, control=control, dt=jnp.where(first, 0.0, dt0), dt_resume=dt0,
             pid=jax.tree.map(lambda a: jnp.broadcast_to(a, (L,) + jnp.shape(a)[1:]), pid0), fsal=fsal0,
-            made_jump=jnp.zeros(L, bool), forced=jnp.zeros(L, bool), pending=jnp.zeros((L, P), bool), armed=armed,
-            ev_t=ev_t, ev_k=ev_k, ev_kind=ev_kind, ev_dir=ev_dir, n_ev=n_ev, saved=saved, save_i=save_i,
-            n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i, status=jnp.full(L, int(Status.RUNNING), jnp.int32),
-            slot=idx.astype(jnp.int32), mode0=mode, unresolved=unresolved, data=data,
+            made_jump=jnp.zeros(L, bool), forced=first, pending=on_surface, armed=armed,
+            ev_t=jnp.full((L, E), jnp.nan), ev_k=jnp.full((L, E), -1, jnp.int32),
+            ev_kind=jnp.full((L, E), -1, jnp.int32), ev_dir=jnp.zeros((L, E), jnp.int32), n_ev=zeros_i,
+            saved=saved, save_i=save_i, n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i,
+            status=jnp.full(L, int(Status.RUNNING), jnp.int32), slot=idx.astype(jnp.int32),
+            mode0=given, unresolved=jnp.zeros(L, bool), data=data,
         )  # fmt: skip
 
     def _start(self, N, count, inputs, state, next_, pid_reset, start):
@@ -601,13 +583,20 @@ class _Program:
         interpolant the crossing was located on, and a guard already non-positive at a
         step's start never changes sign (two aligned first-layer neurons crossing together,
         depth 4: the second stayed inactive while its p grew to 1e-3). They are resolved
-        with the others."""
-        late = o["late"] & done[:, None] & ~s.pending
+        with the others.
+
+        A lane's first iteration is such a step, of length 0, where units sit on their
+        surfaces at ``t = 0`` (:meth:`_start_lanes`): they are decided ``initial``
+        (:meth:`gflow.events.System.handle`), and no unit is late."""
+        initial = _initial_round(s)
+        late = o["late"] & (done & ~initial)[:, None] & ~s.pending
         involved = s.pending | late
         member = functools.partial(self._member_handle, c)
 
         def handle_all():
-            mode, control, pending, records, unresolved = jax.vmap(member)(o["y1"], s.mode, s.control, involved, s.data)
+            mode, control, pending, records, unresolved = jax.vmap(member)(
+                o["y1"], s.mode, s.control, involved, s.data, initial, s.mode0
+            )
             records = jax.tree.map(lambda a: jnp.where(_bcast(done, a), a, jnp.zeros_like(a)), records)
             mode = jnp.where(done[:, None], mode, s.mode)
             control = jnp.where(done[:, None], control, s.control)
@@ -621,16 +610,28 @@ class _Program:
         mode, control, pending, unresolved, *events = jax.lax.cond(jnp.any(resolve), handle_all, lambda: kept)
         return _Kinks(mode, control, pending, unresolved, involved, *events)
 
-    def _member_handle(self, c, y, mode, control, pending, data):
+    def _member_handle(self, c, y, mode, control, pending, data, initial, given):
+        """One member's kinks (:meth:`gflow.events.System.handle`); ``initial`` at ``t = 0``,
+        where ``given`` are the modes the member was started with: a unit given as sliding
+        and decided afresh (its control outside ``[0, 1]``) records its slide's end, not
+        the decision of a unit arriving at its surface."""
         system = self.system
         before, involved = mode, pending | (mode == ev.SLIDING)  # involved: at their surfaces
-        mode, control, pending, records, unresolved = system.handle(
-            y, data, mode, control, pending, rate_floor=_RATE_FLOOR * c.atol
+        mode, control, left, records, unresolved = system.handle(
+            y, data, mode, control, pending, initial=initial, rate_floor=_RATE_FLOOR * c.atol
         )
         if self.deep:
-            mode, settled = _settle(system, y, data, before, mode, control, involved, c.rtol, c.atol)
-            records = records + (settled,)
-        return mode, control, pending, records, unresolved
+            settled_mode, settled = _settle(system, y, data, before, mode, control, involved, c.rtol, c.atol)
+            mode = jnp.where(initial, mode, settled_mode)
+            records = records + (jax.tree.map(lambda a: jnp.where(initial, jnp.zeros_like(a), a), settled),)
+        gone = initial & pending & (given == ev.SLIDING)
+        (mask, kind, direction), *rest = records
+        ended = (
+            gone & (mode != ev.SLIDING),
+            jnp.full_like(kind, int(ev.Kind.SLIDE_END)),
+            jnp.where(mode == ev.ACTIVE, 1, -1),
+        )
+        return mode, control, left, ((mask & ~gone, kind, direction), *rest, ended), unresolved
 
     def _advance(self, c, s, o, kinks, t_e, new_pending, has_event, accept, forced_done, n_sliding, chord):
         """The new lane states: accepted steps taken, the next step's size (to the located
@@ -689,7 +690,8 @@ class _Program:
             made_jump=made_jump, forced=forced, pending=pending, armed=armed, ev_t=kinks.ev_t, ev_k=kinks.ev_k,
             ev_kind=kinks.ev_kind, ev_dir=kinks.ev_dir, n_ev=kinks.n_ev, saved=saved, save_i=save_i,
             n_acc=s.n_acc + accept, n_rej=s.n_rej + (~o["keep"] & ~has_event), n_iter=n_iter, status=status,
-            slot=s.slot, mode0=s.mode0, unresolved=kinks.unresolved, data=s.data,
+            slot=s.slot, mode0=jnp.where((forced_done & _initial_round(s))[:, None], mode, s.mode0),
+            unresolved=kinks.unresolved, data=s.data,
         )  # fmt: skip
 
     def _member_checks(self, y, mode, control, data, n_sliding, chord):
@@ -769,6 +771,13 @@ class _Kinks(NamedTuple):
 _IDLE = -1  # a lane with no trajectory left to integrate
 _BACK_PROBES = 40  # most probes back from the round-off band's edge for a unit's zero (_member_locate)
 _RATE_FLOOR = 1e-2  # times atol: rates of units on their surfaces that count as zero at a kink
+
+
+def _initial_round(s):
+    """Lanes whose step is a forced step of length 0 at ``t = 0``: the kinks of units on
+    their surfaces at the start (:meth:`_Program._start_lanes`; a second such step where
+    more units than slots wait)."""
+    return s.forced & (s.t == 0.0) & (s.dt == 0.0)
 
 
 def _theta_norm(x):
