@@ -168,8 +168,8 @@ class _Program:
         # writing out the stages would multiply the compile time of the sliding-control solves.
         shallow = len(cfg.shapes) == 2 and cfg.solver not in _IMPLICIT
         self.rk = _explicit_rk(self.base_solver.tableau, self.vector_field) if shallow else None
-        # Called before the loop and again inside it (refill): jitted, with every input an
-        # argument, so that it is traced once (see events._traced_once).
+        # Traced for the lane state's shapes and called inside the loop: jitted, with every
+        # input an argument, so that it is traced once (see events._traced_once).
         self.start_lanes = jax.jit(self._start_lanes)
 
     # ---- the field ------------------------------------------------------------------------
@@ -279,7 +279,8 @@ class _Program:
 
     # ---- lanes ----------------------------------------------------------------------------
     def _start_lanes(self, idx, y0, X, Y, wd, modes, t1, rtol, atol, ts):
-        """Lane states for trajectories ``idx`` (``(L,)``), at t = 0."""
+        """Lane states for trajectories ``idx`` (``(L,)``), at t = 0; units on their surfaces
+        there are left ``pending`` for the lane's first iteration (:meth:`_resolve`)."""
         cfg, system, P, E, vmap = self.cfg, self.system, self.P, self.E, jax.vmap
         L, S = idx.shape[0], len(ts)
         solver, controller = self.tools(rtol, atol)
@@ -312,6 +313,11 @@ class _Program:
                 lambda a: a,
                 (mode, on_surface),
             )
+            # Units cut off from the data whatever the units on their surfaces below them
+            # do (none at their point below them active, sliding or on its surface) are
+            # inactive by σ'(0) = 0 (System.cut): no decision.
+            surely_cut = vmap(lambda m, on: system.cut(jnp.where(on, ev.SLIDING, m))[0])(mode, on_surface)
+            on_surface = on_surface & ~surely_cut
         else:
             on_surface = jnp.zeros((L, P), bool)
         control = jnp.zeros((L, P))
