@@ -355,6 +355,8 @@ class _Program:
             ev_kind=jnp.full((L, E), -1, jnp.int32), ev_dir=jnp.zeros((L, E), jnp.int32), n_ev=zeros_i,
             saved=saved, save_i=save_i, n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i,
             status=jnp.full(L, int(Status.RUNNING), jnp.int32), slot=idx.astype(jnp.int32),
+            # mode0: the modes given until the first iteration has decided the units on
+            # their surfaces (_member_handle reads them), then the modes it leaves.
             mode0=given, unresolved=jnp.zeros(L, bool), data=data,
         )  # fmt: skip
 
