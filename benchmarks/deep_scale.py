@@ -117,7 +117,7 @@ def iteration_cost(sol, X, Y, ts, reached, t1, max_sliding, iterations, toleranc
         counts = [K] + [int(np.sum(np.asarray(again.modes_at(t)) == events.SLIDING)) for t in again.crossings.t]
         done = int(again.stats["num_iterations"])
         rows.append(dict(
-            t=float(ts[i]), K=K, K_max=max(counts), slots=min((s for s in sizes if s >= K), default=0) if K else 0,
+            t=float(ts[i]), K=K, K_max=max(counts), slots=min(s for s in sizes if s >= K) if K else 0,
             iterations=done, wall_s=wall, s_per_iteration=wall / max(done, 1), status=again.status.name,
         ))  # fmt: skip
     return rows
