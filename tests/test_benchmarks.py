@@ -217,3 +217,27 @@ def test_deep_scale_at_a_small_size(runs):
         assert row["iterations"] == 10 and row["status"] == "MAX_STEPS"
         assert row["K"] <= row["K_max"] and (row["slots"] >= row["K"] > 0 or row["slots"] == row["K"] == 0)
         assert row["s_per_iteration"] > 0
+
+
+def test_deep_scale_resumes_where_it_stopped(tmp_path):
+    """``deep_scale --state … --resume``: a run cut back to its first intervals (as if
+    interrupted there) and resumed ends where the uninterrupted run ends, interval for
+    interval, and a saved run of another configuration is refused."""
+    import json
+
+    from benchmarks import deep_scale
+
+    shape = dict(depth=3, width=4, n=5, t1=1.0, max_sliding=8)
+    whole = deep_scale.run(**shape, state=str(tmp_path / "whole.npz"))
+    assert whole["status"] == "REACHED_T1" and len(whole["intervals"]) == 40
+    saved = dict(np.load(tmp_path / "whole.npz"))
+    saved["rows"] = json.dumps(json.loads(str(saved["rows"]))[:12])
+    saved.update({k: v[:13] for k, v in saved.items() if k.startswith("saved_")})
+    np.savez(tmp_path / "cut.npz", **saved)
+    resumed = deep_scale.run(**shape, state=str(tmp_path / "cut.npz"), resume=True)
+    assert resumed["intervals"] == whole["intervals"][:12] + resumed["intervals"][12:]
+    for key in ("saved_loss", "saved_gaps", "loss", "loss_numpy", "drift", "stats", "events"):
+        assert resumed[key] == whole[key], key
+    assert [r["loss"] for r in resumed["intervals"]] == [r["loss"] for r in whole["intervals"]]
+    with pytest.raises(ValueError, match="--resume"):
+        deep_scale.run(**dict(shape, t1=2.0), state=str(tmp_path / "cut.npz"), resume=True)
