@@ -158,8 +158,8 @@ def interval(sol, t0, loss0, energy0, X, wall):
     return dict(
         t=t0 + float(sol.t), status=sol.status.name, stats={k: int(v) for k, v in sol.stats.items()}, events=kinds,
         loss=float(sol.loss), energy=energy, energy_defect=abs(drop - energy) / max(abs(drop), 1e-300),
-        gap=float(np.max(sol.mode_gaps(X))), gap_start=float(np.max(sol.mode_gaps(X, 0.0))), K=int(np.sum(np.asarray(sol.final_modes) == events.SLIDING)),
-        K_max=max(sliding), wall_s=wall,
+        gap=float(np.max(sol.mode_gaps(X))), gap_start=float(np.max(sol.mode_gaps(X, 0.0))),
+        K=int(np.sum(np.asarray(sol.final_modes) == events.SLIDING)), K_max=max(sliding), wall_s=wall,
     )  # fmt: skip
 
 
@@ -203,12 +203,16 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, p
               f"{wall:6.1f} s", flush=True)  # fmt: skip
         if state:
             save_state(state, config, states, rows, sol, X, Y)
-    last = rows[-1]
-    end = states[-1][0] if last["status"] == "REACHED_T1" or sol is None else [np.asarray(W) for W in sol.params]
-    if sol is None and state:  # resumed after the run had ended: its last end point
+    last, reached = rows[-1], len(states)
+    if last["status"] == "REACHED_T1":
+        end = states[-1][0]
+    elif sol is not None:
+        end = [np.asarray(W) for W in sol.params]
+    else:  # resumed after the run had stopped: the stop's end point
         z = np.load(state)
         end = [z[f"W{i}"] for i in range(depth)]
-    reached = len(states)
+    # Out of iterations exactly at a save time: the run did not reach t1.
+    status = "MAX_STEPS" if last["status"] == "REACHED_T1" and reached < len(ts) else last["status"]
     saved_loss = np.array([loss0] + [r["loss"] for r in rows[: reached - 1]])
     saved_defect = [r["energy_defect"] for r in rows[: reached - 1]]
     saved_gaps = [rows[0]["gap_start"]] + [r["gap"] for r in rows[: reached - 1]]
@@ -220,7 +224,7 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, p
     return dict(
         depth=depth, width=width, n=n, preactivations=n * width * (depth - 1), t1=t1, max_sliding=max_sliding,
         rtol=rtol, atol=atol, max_steps=max_steps,
-        status=last["status"], t=last["t"], stats=stats, events=kinds, loss0=float(loss0), loss=last["loss"],
+        status=status, t=last["t"], stats=stats, events=kinds, loss0=float(loss0), loss=last["loss"],
         loss_numpy=float(loss_value(end, X, Y, "square")), drift=balance_drift(params, end),
         sliding_at_end=last["K"], gap_all=last["gap"], gap_saved_max=max(saved_gaps),
         energy_defect=last["energy_defect"], energy_defect_saved_max=float(max(saved_defect, default=0.0)),
