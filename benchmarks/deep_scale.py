@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -152,9 +153,7 @@ def interval(sol, t0, loss0, energy0, X, wall):
     drop = loss0 - float(sol.loss)
     modes = [sol.initial_modes, sol.final_modes] + [sol.modes_at(t) for t in sol.crossings.t]
     sliding = [int(np.sum(np.asarray(m) == events.SLIDING)) for m in modes]
-    kinds = {}
-    for r in sol.crossings.rows():
-        kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+    kinds = dict(Counter(r["kind"] for r in sol.crossings.rows()))
     return dict(
         t=t0 + float(sol.t), status=sol.status.name, stats={k: int(v) for k, v in sol.stats.items()}, events=kinds,
         loss=float(sol.loss), energy=energy, energy_defect=abs(drop - energy) / max(abs(drop), 1e-300),
@@ -217,10 +216,7 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, p
     saved_defect = [r["energy_defect"] for r in rows[: reached - 1]]
     saved_gaps = [rows[0]["gap_start"]] + [r["gap"] for r in rows[: reached - 1]]
     stats = {k: sum(r["stats"][k] for r in rows) for k in rows[0]["stats"]}
-    kinds = {}
-    for r in rows:
-        for k, v in r["events"].items():
-            kinds[k] = kinds.get(k, 0) + v
+    kinds = dict(sum((Counter(r["events"]) for r in rows), Counter()))
     return dict(
         depth=depth, width=width, n=n, preactivations=n * width * (depth - 1), t1=t1, max_sliding=max_sliding,
         rtol=rtol, atol=atol, max_steps=max_steps,
