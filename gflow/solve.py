@@ -8,7 +8,7 @@ import math
 import jax
 import numpy as np
 
-from .flow import _IMPLICIT, _SOLVERS, Config, _noise, compiled, ravel
+from .flow import _HELD_BAND, _IMPLICIT, _SOLVERS, Config, _noise, compiled, ravel
 from .losses import CLASSIFICATION, LOSSES
 from .networks import index_table, preactivations
 from .solution import Crossings, Solution, Status
@@ -289,14 +289,18 @@ def _as_modes(modes, params, X, B, P, rtol, atol, max_sliding):
         )
     p = np.asarray(jax.vmap(preactivations)(list(params), X))
     band = np.asarray(_noise(p, rtol, atol))[:, None]  # the engine's round-off band, per member
-    wrong = np.select([given == 1, given == 0, given == 2], [p < -band, p > band, np.abs(p) > band], False)
+    # A sliding unit is held within _HELD_BAND bands of its surface (flow._held_guards):
+    # a run may end with one that far off, and its final_modes must continue it.
+    held = _HELD_BAND * band
+    wrong = np.select([given == 1, given == 0, given == 2], [p < -band, p > band, np.abs(p) > held], False)
     if np.any(wrong):
         b, k = (int(v[0]) for v in np.nonzero(wrong))
         layer, neuron, point = (int(t[k]) for t in index_table(X.shape[1], tuple(W.shape[1] for W in params[:-1])))
         name = ("inactive", "active", "sliding")[given[b, k]]
+        width = (held if given[b, k] == 2 else band)[b, 0]
         raise ValueError(
             f"modes: member {b}, pre-activation {k} (layer {layer}, neuron {neuron}, point {point}) is given "
-            f"{name} but p = {p[b, k]:.3g}, outside the round-off band ±{band[b, 0]:.2g} of that side; expected "
+            f"{name} but p = {p[b, k]:.3g}, outside the round-off band ±{width:.2g} of that side; expected "
             "the modes a run ended with at these params (its final_modes)"
         )
     sliding = np.sum(given == 2, axis=1)

@@ -75,3 +75,27 @@ def test_batch_shapes():
         gflow.simulate_batch(batch, np.stack([X] * 3), np.stack([Y] * 3), t1=1.0)
     with pytest.raises(ValueError, match=r"weight_decay: expected a finite float >= 0 or 2 of them"):
         gflow.simulate_batch(batch, X, Y, t1=1.0, weight_decay=[0.1, 0.2, 0.3])
+
+
+def test_sliding_modes_accepted_within_the_held_band():
+    """A run holds a sliding unit within ``_HELD_BAND`` round-off bands of its surface
+    (``flow._held_guards``), so its ``final_modes`` may mark a unit that far off as sliding
+    and must continue it (the 20-point Scale run, continued at a save time, had one at
+    1.0 band: refused before); beyond that the modes are refused, naming that band."""
+    from gflow.flow import _HELD_BAND
+    from gflow.solve import _as_modes
+
+    rtol, atol = 1e-8, 1e-10
+    band = 10 * (atol + rtol * 1.0)  # max|p| ≤ 1 here
+    W0 = np.array([[1.0, 0.0], [0.0, 1.0]])
+    Xs = np.array([[0.5, 0.3], [0.2, 0.4]])
+    for off, accepted in [(-0.5, True), (2.0, True), (0.99 * _HELD_BAND, True), (1.01 * _HELD_BAND, False)]:
+        x = Xs.copy()
+        x[1, 0] = off * band  # p of neuron 0 at point 1 (flat index 1)
+        args = ([W0[None], P[1][None]], x[None], 1, 4, rtol, atol, 4)
+        modes = np.array([1, 2, 1, 1])
+        if accepted:
+            np.testing.assert_array_equal(_as_modes(modes, *args), modes[None])
+        else:
+            with pytest.raises(ValueError, match=r"pre-activation 1 .* given sliding .* band ±4e-07"):
+                _as_modes(modes, *args)
