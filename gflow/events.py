@@ -134,14 +134,12 @@ class Kind(enum.IntEnum):
 
 
 def slot_sizes(K):
-    """Slot counts of the sliding solves for at most ``K`` units sliding at once: 1, 4,
-    16, …, ``K``, without a count above half the next (16 with ``K = 20``: its solves would
-    save at most a fifth of the run time of ``K``'s). Each is a branch of every sliding
-    solve (about 30 s of compilation each for a depth-10 net); with the Jacobian carried
-    through a step (:meth:`System.chord`) room to spare costs little, and powers of 2 ran
-    only 9% faster than these at 50 points (depth 10, width 20)."""
-    sizes = sorted({min(4**i, K) for i in range(K.bit_length() + 1)})
-    return [size for size, above in zip(sizes, sizes[1:] + [2 * K]) if 2 * size <= above]
+    """Slot counts of the sliding solves for at most ``K`` units sliding at once: 1 (a
+    cheaper solve of its own in deep networks) and ``K``. Each is a branch of every
+    sliding solve, and each branch costs compile time (depth 3, width 10: 35.5 s with the
+    counts 1, 4 and 10, 22.0 s with 1 and 10); the work of the ``K`` branch follows the
+    units sliding, not ``K`` (the Jacobian's columns, :func:`_over_used_slots`)."""
+    return sorted({1, K})
 
 
 class System:
@@ -257,8 +255,10 @@ class System:
         def row(i, u):
             return jax.grad(lambda y: self._at_point(y, X[i], sigmas[i])[1][u])(y)
 
-        V, Q = jax.vmap(column)(point, position)  # (K, D), (K, H)
-        R = jax.vmap(row)(point, position)  # (K, D)
+        def chunk(point, position):
+            return (*jax.vmap(column)(point, position), jax.vmap(row)(point, position))
+
+        V, Q, R = _over_used_slots(chunk, idx < self.P, point, position)  # (K, D), (K, H), (K, D)
         if diagonal:
             return jnp.sum(R * V, axis=1) + jnp.take_along_axis(Q, position[:, None], axis=1)[:, 0]
         J = R @ V.T + jnp.where(point[:, None] == point[None, :], Q[:, position].T, 0.0)
@@ -457,9 +457,9 @@ class System:
 
         ``n_sliding`` is batch-wide: the most units sliding in any member (a bool means
         "some, any number"), so that the choice stays a real branch under vmap. Nothing
-        slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1, 4,
-        16, … or ``K`` sliding units, the fewest that fit (:func:`slot_sizes`); in
-        deeper networks one sliding unit takes :meth:`_single_control`. Depth 2 with at
+        slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1 or
+        ``K`` sliding units, the fewest that fit (:func:`slot_sizes`); in deeper networks
+        one sliding unit takes :meth:`_single_control`. Depth 2 with at
         most ``_BLOCK_POINTS`` points: :meth:`_controls_depth2_blocks` whenever some unit
         slides (for tiny problems written out scalar by scalar,
         :meth:`_controls_depth2_entries`). ``chord``: see :meth:`chord`.
@@ -825,6 +825,31 @@ class System:
             (leave & ~merged, jnp.full(P, int(Kind.SLIDE_END), jnp.int32), leave_dir),
         )
         return mode2.astype(mode.dtype), control2, pending & ~handled, records, jnp.zeros((), bool)
+
+
+_SLOT_CHUNK = 4  # slots per pass of the loop of System.rates_jacobian
+
+
+def _over_used_slots(chunk, used, *args):
+    """``chunk`` (vmapped over slots) over the slots up to the last ``used`` one, ``_SLOT_CHUNK``
+    at a time, the rows past it zero. Its cost follows the units sliding, not the slot
+    count: one slot count serves every number of them without paying ``K`` columns for a
+    few (:func:`slot_sizes`). At most ``_SLOT_CHUNK`` slots: ``chunk`` once, no loop."""
+    K = used.shape[0]
+    if K <= _SLOT_CHUNK:
+        return chunk(*args)
+    C = _SLOT_CHUNK
+    pad = -K % C
+    args = [jnp.pad(a, (0, pad)) for a in args]
+    last = jnp.max(jnp.where(used, jnp.arange(1, K + 1), 0))
+    shapes = jax.eval_shape(chunk, *(a[:C] for a in args))
+    out0 = [jnp.zeros((K + pad,) + s.shape[1:], s.dtype) for s in shapes]
+
+    def body(i, out):
+        part = chunk(*(jax.lax.dynamic_slice_in_dim(a, i * C, C) for a in args))
+        return [jax.lax.dynamic_update_slice_in_dim(o, p, i * C, 0) for o, p in zip(out, part)]
+
+    return [o[:K] for o in jax.lax.fori_loop(0, (last + C - 1) // C, body, out0)]
 
 
 # Depth 2 with at most this many points: per-neuron block solves. Each block is n × n
