@@ -15,6 +15,11 @@ targets, Xavier-normal weights, square loss, default tolerances, ``t1`` (default
 ``max_sliding`` = the hidden width. Both calls integrate the same trajectory; the second's
 result must equal the first's (checked, or the shape is reported as failed).
 
+Each row also counts the operations of the program XLA compiles (the first call's
+StableHLO, dumped with ``jax_dump_ir_to``, calls inlined as XLA inlines them): unlike the
+times, that count is the same on every machine and at every load, so it tells what a
+change to the engine did to the program.
+
 Run: ``python -m benchmarks.compile_time [--depths 2,4,6,10] [--widths 2,10,20]
 [--points 16] [--out benchmarks/results/compile_time.json]``. Each shape is written to
 the JSON as soon as it is measured (atomically), with the load average before and after,
@@ -24,8 +29,13 @@ since compile time on a shared machine moves with the load.
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import os
+import re
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -35,18 +45,26 @@ from .through import _problem
 
 def measure(depth, width, n, inputs, t1):
     """One shape: (first call, second call) wall times and the run's figures."""
+    import jax
+
     import gflow
 
     widths = (inputs,) + (width,) * (depth - 1) + (1,)
     params, X, Y = _problem(0, widths, n)
     load0 = os.getloadavg()[0]
     walls, cpus, sols = [], [], []
-    for _ in range(2):
-        start, cpu = time.perf_counter(), time.process_time()
-        sol = gflow.simulate(params, X, Y, t1=t1, max_sliding=width, throw=False)
-        walls.append(time.perf_counter() - start)
-        cpus.append(time.process_time() - cpu)
-        sols.append(sol)
+    with tempfile.TemporaryDirectory() as dump:
+        for call in range(2):
+            if call == 0:  # the first call's programs, as XLA receives them
+                jax.config.update("jax_include_debug_info_in_dumps", False)
+                jax.config.update("jax_dump_ir_to", dump)
+            start, cpu = time.perf_counter(), time.process_time()
+            sol = gflow.simulate(params, X, Y, t1=t1, max_sliding=width, throw=False)
+            walls.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - cpu)
+            jax.config.update("jax_dump_ir_to", "")
+            sols.append(sol)
+        ops = max(inlined_ops(path.read_text()) for path in Path(dump).glob("*.mlir"))
     same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(sols[0].params, sols[1].params))
     sol = sols[0]
     return dict(
@@ -59,6 +77,7 @@ def measure(depth, width, n, inputs, t1):
         run_s=walls[1],
         compile_s=walls[0] - walls[1],
         compile_cpu_s=cpus[0] - cpus[1],
+        operations=ops,
         status=sol.status.name,
         t=float(sol.t),
         iterations=int(sol.stats["num_iterations"]),
@@ -67,6 +86,25 @@ def measure(depth, width, n, inputs, t1):
         load_before=load0,
         load_after=os.getloadavg()[0],
     )
+
+
+def inlined_ops(module):
+    """Operations in a StableHLO module's ``main`` with every call inlined (XLA inlines
+    them): what XLA compiles, a count that does not move with the machine's load."""
+    own, calls, current = collections.Counter(), collections.defaultdict(list), None
+    for line in module.splitlines():
+        head = re.match(r"\s*func\.func (?:private |public )?@(\S+)\(", line)
+        if head:
+            current = head.group(1)
+        elif current is not None:
+            own[current] += bool(re.match(r"\s*(%\S+ = )?\"?[a-z_]+\.[a-z_]+", line))
+            calls[current] += re.findall(r"\bcall @([\w.\-]+)", line)
+
+    @functools.cache
+    def size(name):
+        return own[name] + sum(size(callee) for callee in calls[name])
+
+    return size("main")
 
 
 def main(argv=None):
@@ -91,7 +129,7 @@ def main(argv=None):
     info = machine_info()
     config = dict(depths=depths, widths=widths, points=args.points, inputs=args.inputs, t1=args.t1)
     print(
-        f"{'depth':>5} {'width':>5} {'P':>6} {'compile s':>10} {'cpu s':>7} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}"
+        f"{'depth':>5} {'width':>5} {'P':>6} {'operations':>10} {'compile s':>10} {'cpu s':>7} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}"
     )
     rows = []
     for depth in depths:
@@ -99,7 +137,7 @@ def main(argv=None):
             row = measure(depth, width, args.points, args.inputs, args.t1)
             rows.append(row)
             print(
-                f"{depth:>5} {width:>5} {row['preactivations']:>6} {row['compile_s']:>10.1f} {row['compile_cpu_s']:>7.1f} {row['run_s']:>8.2f} "
+                f"{depth:>5} {width:>5} {row['preactivations']:>6} {row['operations']:>10,} {row['compile_s']:>10.1f} {row['compile_cpu_s']:>7.1f} {row['run_s']:>8.2f} "
                 f"{row['status']:>14} {row['events']:>6} {row['load_before']:>4.1f}-{row['load_after']:<4.1f}"
                 + ("" if row["repeat_identical"] else "  (second call differs!)"),
                 flush=True,

@@ -156,6 +156,31 @@ def test_compile_time_separates_compile_from_run(runs):
     assert abs(row["first_call_s"] - row["run_s"] - row["compile_s"]) < 1e-9
     # Compiling is work of this process: its CPU time, not only the wall clock, is spent.
     assert row["compile_cpu_s"] > 0.1 * row["compile_s"] > 0
+    assert row["operations"] > 1000  # the integrator's program, not one of the small ones beside it
+
+
+def test_compile_time_counts_operations_with_calls_inlined():
+    """``inlined_ops`` counts a called function once per call, as XLA inlines it; the
+    module is JAX's lowering of ``f(x) = g(x) + g(x + 1)``, ``g(x) = 2x``, counted by hand:
+    main's constant and two adds, and g's constant and multiply twice."""
+    from benchmarks.compile_time import inlined_ops
+
+    module = """module @jit_f {
+  func.func public @main(%arg0: tensor<f32>) -> (tensor<f32>) {
+    %0 = call @g(%arg0) : (tensor<f32>) -> tensor<f32>
+    %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %1 = stablehlo.add %arg0, %cst : tensor<f32>
+    %2 = call @g(%1) : (tensor<f32>) -> tensor<f32>
+    %3 = stablehlo.add %0, %2 : tensor<f32>
+    return %3 : tensor<f32>
+  }
+  func.func private @g(%arg0: tensor<f32>) -> tensor<f32> {
+    %cst = stablehlo.constant dense<2.000000e+00> : tensor<f32>
+    %0 = stablehlo.multiply %arg0, %cst : tensor<f32>
+    return %0 : tensor<f32>
+  }
+}"""
+    assert inlined_ops(module) == 3 + 2 * 2
 
 
 def test_filippov_pairs_a_reference_crossing_with_gflows_cut_of_that_unit():
