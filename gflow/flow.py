@@ -868,8 +868,8 @@ def _past_the_band(system, y, data, before, mode, control, arrived, rtol, atol):
     after an event left its guard unarmed; with rates that tell neither side, keeping its
     mode left it at that edge to fire again at once. In ``tests/test_flow.py``'s
     depth-4 balance run (seed 2, t ≈ 342–362, rates at round-off in the converged tail)
-    one unit touched 414 times in 0.3.5 and 751 times in a later build, which stopped
-    with ``MAX_EVENTS``. Units at their surfaces (``|p|`` below half a band) keep the
+    one unit touched 414 times with 0.3.5 and, round-off moved by 0.3.6's slot counts,
+    751 times without this rule, which stopped the member with ``MAX_EVENTS``. Units at their surfaces (``|p|`` below half a band) keep the
     decision: there the rates decide."""
     p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
     half = 0.5 * _noise(p, rtol, atol)

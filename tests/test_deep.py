@@ -577,3 +577,40 @@ def test_cut_spreads_upwards_point_by_point():
     np.testing.assert_array_equal(strand, (layer == 1) & (point == 1) | (layer < 2) & (point == 2))
     vanished = np.asarray(system.vanished(mode))
     np.testing.assert_array_equal(vanished, (layer > 0) & (point != 1) | (layer == 2))
+
+
+def test_unit_kept_on_its_side_past_its_band_takes_the_other_side():
+    """``flow._past_the_band``: a unit that arrived at its surface and was kept on its side
+    (a touch) while its pre-activation lies more than half a round-off band on the other
+    side takes that side's mode, either way; at less than half a band, or not arrived, or
+    moved by the decision, it keeps the decision's mode. The band is ``flow._noise``,
+    computed here by hand: ``10·(atol + rtol·max(1, max|p|))``."""
+    import jax.numpy as jnp
+
+    from gflow import events
+    from gflow.flow import _past_the_band, _unravel_for
+
+    widths, n = (2, 2, 2, 1), 2
+    shapes = [(o, i) for i, o in zip(widths[:-1], widths[1:])]
+    system = events.System(_unravel_for(shapes), "square", n, widths[1:-1], 4)
+    rtol, atol = 1e-8, 1e-10
+    band = 10 * (atol + rtol * 1.0)  # every |p| ≤ 1 below
+    X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    data = (X, np.zeros((n, 1)), 0.0)
+    for off, sign, moves in [(0.8, 1, True), (0.8, -1, True), (0.3, 1, False), (0.3, -1, False)]:
+        W1 = np.array([[sign * off * band, 0.5], [0.5, 0.5]])  # p of unit (0, 0, point 0) = W1[0, 0]
+        y = np.concatenate([W1.ravel(), 0.5 * np.ones(4), np.ones(2)])
+        mode = np.full(system.P, events.ACTIVE)
+        mode[0] = events.INACTIVE if sign > 0 else events.ACTIVE  # its side is the other one
+        arrived = np.zeros(system.P, bool)
+        arrived[0] = True
+        before = jnp.asarray(mode)
+        new, past = _past_the_band(system, y, data, before, before, jnp.zeros(system.P), arrived, rtol, atol)
+        want = (events.ACTIVE if sign > 0 else events.INACTIVE) if moves else mode[0]
+        assert int(new[0]) == want and bool(past[0]) == moves and not np.any(np.asarray(past)[1:])
+        # Not arrived, or moved by the decision (sliding now): left alone.
+        _, past = _past_the_band(system, y, data, before, before, jnp.zeros(system.P), ~arrived, rtol, atol)
+        assert not bool(past[0])
+        sliding = before.at[0].set(events.SLIDING)
+        _, past = _past_the_band(system, y, data, before, sliding, jnp.zeros(system.P), arrived, rtol, atol)
+        assert not bool(past[0])
