@@ -869,14 +869,20 @@ def _past_the_band(system, y, data, before, mode, control, arrived, rtol, atol):
     mode left it at that edge to fire again at once. In ``tests/test_flow.py``'s
     depth-4 balance run (seed 2, t ≈ 342–362, rates at round-off in the converged tail)
     one unit touched 414 times with 0.3.5 and, round-off moved by 0.3.6's slot counts,
-    751 times without this rule, which stopped the member with ``MAX_EVENTS``. Units at their surfaces (``|p|`` below half a band) keep the
-    decision: there the rates decide."""
+    751 times without this rule, which stopped the member with ``MAX_EVENTS``. Units at
+    their surfaces (``|p|`` below half a band) keep the decision: there the rates decide."""
     p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
-    half = 0.5 * _noise(p, rtol, atol)
-    kept = arrived & (mode == before)
-    up = kept & (mode == ev.INACTIVE) & (p > half)
-    down = kept & (mode == ev.ACTIVE) & (p < -half)
-    return jnp.where(up, ev.ACTIVE, jnp.where(down, ev.INACTIVE, mode)).astype(mode.dtype), up | down
+    mode, up, down = _to_their_side(mode, arrived & (mode == before), p, 0.5 * _noise(p, rtol, atol))
+    return mode, up | down
+
+
+def _to_their_side(mode, which, p, band):
+    """Units of ``which`` more than ``band`` past their surfaces on the other side of their
+    modes (inactive at ``p > band``, active at ``p < −band``) take that side's mode:
+    ``(mode, up, down)``, ``up`` and ``down`` the units that switched to either side."""
+    up = which & (mode == ev.INACTIVE) & (p > band)
+    down = which & (mode == ev.ACTIVE) & (p < -band)
+    return jnp.where(up, ev.ACTIVE, jnp.where(down, ev.INACTIVE, mode)).astype(mode.dtype), up, down
 
 
 def _settle(system, y, data, before, mode, control, involved, rtol, atol):
@@ -906,10 +912,7 @@ def _settle(system, y, data, before, mode, control, involved, rtol, atol):
     for ell in range(1, len(widths)):  # the first layer's pre-activations depend on no mode
         p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
         here = (layer == ell) & ~involved & (p != p_before)
-        band = _noise(p, rtol, atol)
-        up = here & (mode == ev.INACTIVE) & (p > band)
-        down = here & (mode == ev.ACTIVE) & (p < -band)
-        mode = jnp.where(up, ev.ACTIVE, jnp.where(down, ev.INACTIVE, mode)).astype(mode.dtype)
+        mode, up, down = _to_their_side(mode, here, p, _noise(p, rtol, atol))
         cut = system.cut(mode)[0] & (mode != ev.INACTIVE) & ~involved
         mode = jnp.where(cut, ev.INACTIVE, mode).astype(mode.dtype)
         mask = mask | up | down | cut
