@@ -600,7 +600,9 @@ class System:
         (:attr:`gflow.Status.KINK_UNRESOLVED`). With
         ``initial`` (a bool, may be traced), the units were found on their surfaces at
         ``t = 0`` (in the inactive mode, by ``σ'(0) = 0``) and only what changes is
-        recorded. ``rate_floor``: rates of
+        recorded. ``control``: deep networks take it as the sliding units' equivalent
+        controls at ``y`` (the integrator's guards solve them at each step's end), the
+        start of the decision. ``rate_floor``: rates of
         units on their surfaces below it count as zero (deep networks; the integrator
         passes a hundredth of ``atol``, a drift below the integration error).
         """
@@ -634,7 +636,6 @@ class System:
         Cuts change the field, so the problem is solved again on what remains until
         nothing more is cut (at most one round per hidden layer)."""
         P = self.P
-        _, control = self.equivalent_control(y, data, mode, control)
         slaved = self.vanished(jnp.where(pending, INACTIVE, mode)) & ~self.vanished(mode)
         revived, revived_mode = self.revived(y, mode, pending)
         main = ((mode == SLIDING) | pending) & ~slaved
@@ -738,9 +739,16 @@ class System:
     def _handle_depth2(self, y, data, mode, control, pending, initial):
         """:meth:`handle` for depth 2 (0.2.4's rule, its results unchanged bit for bit):
         each arriving unit is decided by its one-sided rates, and a sliding unit whose
-        control (each neuron's block solved exactly) leaves ``[0, 1]`` goes to that side."""
+        control (each neuron's block solved exactly) leaves ``[0, 1]`` goes to that side.
+        At ``t = 0`` (``initial``) a unit given as sliding whose control lies outside
+        ``[0, 1]`` (a run continued with another field: data, loss, weight decay) is not
+        held by its surface, and its control does not tell where it goes (both one-sided
+        rates may share a sign): it is decided as a unit found on its surface, and its
+        record is its slide's end."""
         P = self.P
         _, control = self.equivalent_control(y, data, mode, control)
+        gone = initial & (mode == SLIDING) & ((control < 0.0) | (control > 1.0))
+        mode, pending = jnp.where(gone, INACTIVE, mode).astype(mode.dtype), pending | gone
         slopes = self.base_slopes(mode, control)
         # Units ending a slide leave towards the side their control is closest to.
         ending = pending & (mode == SLIDING)
@@ -821,9 +829,11 @@ class System:
         crossed = mode2 != mode
         kind1 = jnp.where(merged, jnp.where(crossed, Kind.CROSS, Kind.TOUCH), kind1)
         dir1 = jnp.where(merged, jnp.where(crossed, leave_dir, 0), dir1)
+        gone_dir = jnp.where(mode2 == ACTIVE, 1, -1).astype(jnp.int32)
         records = (
-            (mask1, kind1, dir1),
+            (mask1 & ~gone, kind1, dir1),
             (leave & ~merged, jnp.full(P, int(Kind.SLIDE_END), jnp.int32), leave_dir),
+            (gone & (mode2 != SLIDING), jnp.full(P, int(Kind.SLIDE_END), jnp.int32), gone_dir),
         )
         return mode2.astype(mode.dtype), control2, pending & ~handled, records, jnp.zeros((), bool)
 

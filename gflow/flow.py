@@ -279,8 +279,9 @@ class _Program:
 
     # ---- lanes ----------------------------------------------------------------------------
     def _start_lanes(self, idx, y0, X, Y, wd, modes, t1, rtol, atol, ts):
-        """Lane states for trajectories ``idx`` (``(L,)``), at t = 0; units on their surfaces
-        there are left ``pending`` for the lane's first iteration (:meth:`_resolve`)."""
+        """Lane states for trajectories ``idx`` (``(L,)``), at t = 0. Units on their surfaces
+        there, and units given as sliding, are decided in the lane's first iteration
+        (:meth:`_resolve`): nothing here solves a sliding control."""
         cfg, system, P, E, vmap = self.cfg, self.system, self.P, self.E, jax.vmap
         L, S = idx.shape[0], len(ts)
         solver, controller = self.tools(rtol, atol)
@@ -292,27 +293,10 @@ class _Program:
             mode = jnp.where(given >= 0, given, jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE)).astype(jnp.int8)
             return mode, (p == 0.0) & (given < 0), jnp.abs(p) > _noise(p, rtol, atol)
 
-        def member_recheck(y, data, mode, on_surface):
-            # A given sliding unit whose control falls outside [0, 1] (a run continued
-            # with another field: data, loss, weight decay) is no longer held by its
-            # surface; its guard, min(c, 1 - c), would start negative and never fire.
-            # It is decided afresh with the units on their surfaces (its slide's end is
-            # recorded, see _member_handle).
-            _, c = system.equivalent_control(y, data, mode, jnp.zeros(P))
-            gone = (mode == ev.SLIDING) & ((c < 0.0) | (c > 1.0))
-            return jnp.where(gone, ev.INACTIVE, mode).astype(mode.dtype), on_surface | gone
-
         y = y0[idx]
         data = (X[idx], Y[idx], wd[idx])
         mode, on_surface, armed = vmap(member_init)(y, data, modes[idx])
-        given = mode
         if not cfg.through:
-            mode, on_surface = jax.lax.cond(
-                jnp.any(mode == ev.SLIDING),
-                lambda a: vmap(member_recheck)(y, data, *a),
-                lambda a: a,
-                (mode, on_surface),
-            )
             # Units cut off from the data whatever the units on their surfaces below them
             # do (none at their point below them active, sliding or on its surface) are
             # inactive by σ'(0) = 0 (System.cut): no decision.
@@ -320,26 +304,31 @@ class _Program:
             on_surface = on_surface & ~surely_cut
         else:
             on_surface = jnp.zeros((L, P), bool)
-        control = jnp.zeros((L, P))
-        # The units on their surfaces (and given sliding units decided afresh) are decided
-        # by the loop's kink stage (:meth:`_resolve`) in the lane's first iteration, a
-        # forced step of length 0 at t = 0, with ``initial`` semantics.
-        first = jnp.any(on_surface, axis=1)
+        # The units on their surfaces and the given sliding units are decided together by
+        # the loop's kink stage (:meth:`_resolve`, ``initial``) in the lane's first
+        # iteration, a forced step of length 0 at t = 0: a given sliding unit whose
+        # control falls outside [0, 1] (a run continued with another field: data, loss,
+        # weight decay) is no longer held by its surface and leaves there.
+        first = jnp.any(on_surface | (mode == ev.SLIDING), axis=1)
         armed = armed & (mode != ev.SLIDING)
-        n_sliding = jnp.max(jnp.sum(mode == ev.SLIDING, axis=1))  # most units sliding in any lane
 
-        def member_start(y, mode, control, data):
-            chord = None if cfg.through else system.chord(y, data, mode, control, n_sliding)
-            args = (mode, control, data, n_sliding, chord)
-            t_next, pid = controller.init(self.terms, 0.0, t1, y, None, args, solver.func, self.error_order)
-            if self.rk is None:
-                fsal = solver.init(self.terms, 0.0, t_next, y, args)
-            else:
-                fsal = self.vector_field(0.0, y, args)
-            return t_next, pid, fsal
+        def first_step(y, mode, data):
+            # The first step's size: Diffrax's estimate from the field with the modes'
+            # slopes, sliding units at slope 0 until the first iteration solves their
+            # controls (an estimate; the step's error control decides). The field at the
+            # step's start is computed by that step (``made_jump``).
+            base = system.base_slopes(mode, jnp.zeros(P))
+            slopes = (lambda y: self.slopes_of(y, data, mode, None, False)) if cfg.through else (lambda y: base)
+            field = lambda _terms, _t, y, _args: system.field(y, data, slopes(y))  # noqa: E731
+            return controller.init(self.terms, 0.0, t1, y, None, None, field, self.error_order)
 
-        dt0, pid0, fsal0 = vmap(member_start)(y, mode, control, data)
+        dt0, pid0 = vmap(first_step)(y, mode, data)
         dt0 = jnp.minimum(dt0, t1)
+        if self.rk is None:  # the solver's own state (a placeholder first stage: made_jump)
+            init = lambda y, mode, data: solver.init(self.terms, 0.0, t1, y, (mode, jnp.zeros(P), data, 0, None))  # noqa: E731
+            fsal0 = vmap(init)(y, mode, data)
+        else:
+            fsal0 = jnp.zeros_like(y)
         saved = jnp.full((L, S) + y.shape[1:], jnp.nan)
         save_i = jnp.zeros(L, jnp.int32)
         if S:
@@ -348,16 +337,16 @@ class _Program:
             save_i = save_i + at0.astype(jnp.int32)
         zeros_i = jnp.zeros(L, jnp.int32)
         return _State(
-            t=jnp.zeros(L), y=y, mode=mode, control=control, dt=jnp.where(first, 0.0, dt0), dt_resume=dt0,
+            t=jnp.zeros(L), y=y, mode=mode, control=jnp.zeros((L, P)), dt=jnp.where(first, 0.0, dt0), dt_resume=dt0,
             pid=jax.tree.map(lambda a: jnp.broadcast_to(a, (L,) + jnp.shape(a)[1:]), pid0), fsal=fsal0,
-            made_jump=jnp.zeros(L, bool), forced=first, pending=on_surface, armed=armed,
+            made_jump=jnp.ones(L, bool), forced=first, pending=on_surface, armed=armed,
             ev_t=jnp.full((L, E), jnp.nan), ev_k=jnp.full((L, E), -1, jnp.int32),
             ev_kind=jnp.full((L, E), -1, jnp.int32), ev_dir=jnp.zeros((L, E), jnp.int32), n_ev=zeros_i,
             saved=saved, save_i=save_i, n_acc=zeros_i, n_rej=zeros_i, n_iter=zeros_i,
             status=jnp.full(L, int(Status.RUNNING), jnp.int32), slot=idx.astype(jnp.int32),
-            # mode0: the modes given until the first iteration has decided the units on
-            # their surfaces (_member_handle reads them), then the modes it leaves.
-            mode0=given, unresolved=jnp.zeros(L, bool), data=data,
+            # mode0: the given modes until the first iteration has decided the units on
+            # their surfaces and the given sliding units, then the modes it leaves.
+            mode0=mode, unresolved=jnp.zeros(L, bool), data=data,
         )  # fmt: skip
 
     def _start(self, N, count, inputs, state, next_, pid_reset, start):
@@ -602,8 +591,11 @@ class _Program:
         member = functools.partial(self._member_handle, c)
 
         def handle_all():
+            # Deep networks start the decision from the sliding controls the step's last
+            # guard solved at its end, the kink (System.handle).
+            at_end = o["control1"] if self.deep else s.control
             mode, control, pending, records, unresolved = jax.vmap(member)(
-                o["y1"], s.mode, s.control, involved, s.data, initial, s.mode0
+                o["y1"], s.mode, at_end, involved, s.data, initial
             )
             records = jax.tree.map(lambda a: jnp.where(_bcast(done, a), a, jnp.zeros_like(a)), records)
             mode = jnp.where(done[:, None], mode, s.mode)
@@ -618,11 +610,9 @@ class _Program:
         mode, control, pending, unresolved, *events = jax.lax.cond(jnp.any(resolve), handle_all, lambda: kept)
         return _Kinks(mode, control, pending, unresolved, involved, *events)
 
-    def _member_handle(self, c, y, mode, control, pending, data, initial, given):
+    def _member_handle(self, c, y, mode, control, pending, data, initial):
         """One member's kinks (:meth:`gflow.events.System.handle`); ``initial`` at ``t = 0``,
-        where ``given`` are the modes the member was started with: a unit given as sliding
-        and decided afresh (its control outside ``[0, 1]``) records its slide's end, not
-        the decision of a unit arriving at its surface."""
+        where the units given as sliding are decided with those on their surfaces."""
         system = self.system
         before, involved = mode, pending | (mode == ev.SLIDING)  # involved: at their surfaces
         mode, control, left, records, unresolved = system.handle(
@@ -637,14 +627,7 @@ class _Program:
             settled_mode, settled = _settle(system, y, data, before, mode, control, involved, c.rtol, c.atol)
             mode = jnp.where(initial, mode, settled_mode)
             records = records + (jax.tree.map(lambda a: jnp.where(initial, jnp.zeros_like(a), a), settled),)
-        gone = initial & pending & (given == ev.SLIDING)
-        (mask, kind, direction), *rest = records
-        ended = (
-            gone & (mode != ev.SLIDING),
-            jnp.full_like(kind, int(ev.Kind.SLIDE_END)),
-            jnp.where(mode == ev.ACTIVE, 1, -1),
-        )
-        return mode, control, left, ((mask & ~gone, kind, direction), *rest, ended), unresolved
+        return mode, control, left, records, unresolved
 
     def _advance(self, c, s, o, kinks, t_e, new_pending, has_event, accept, forced_done, n_sliding, chord):
         """The new lane states: accepted steps taken, the next step's size (to the located
