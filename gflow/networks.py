@@ -71,13 +71,16 @@ def forward(params, X, slopes=None, held=False):
     return _times_transpose(h, params[-1]), pre
 
 
-_SMALL_PRODUCT = 4096  # multiply-adds below which a product is written out elementwise
+_SMALL_PRODUCT = 16  # multiply-adds up to which a product is written out elementwise
 
 
 def _times_transpose(h, W):
-    """``h @ W.T``. Small products (the paper's 2×2 layers, two points) are written as a
+    """``h @ W.T``. Tiny products (the paper's 2×2 layers, two points) are written as a
     broadcast multiply and a sum, which XLA fuses with its neighbours; under ``vmap`` on a
-    CPU that is several times cheaper than a batched ``dot`` call per product."""
+    CPU that is several times cheaper than a batched ``dot`` call per product. Larger ones
+    are one ``dot``: written out, the products of a deep program were a quarter of its
+    operations (depth 6, width 10, 16 points: it compiled in 42.7 s against 32.8 s, and
+    ran 380 iterations in 6.5 s against 5.0 s; 2026-12-06)."""
     if h.shape[0] * h.shape[1] * W.shape[0] > _SMALL_PRODUCT:
         return h @ W.T
     return jnp.sum(h[:, None, :] * W[None, :, :], axis=-1)
