@@ -85,7 +85,7 @@ INACTIVE, ACTIVE, SLIDING = 0, 1, 2
 def _traced_once(*static_argnums):
     """Jit a :class:`System` method per instance (``static_argnums``: positions after
     ``self``), called with positional arguments only. One compiled program calls the
-    sliding controls from many places (every stage, guard sample, event and lane start);
+    sliding controls from many places (every stage, guard sample and event);
     jitted, each distinct argument signature is traced and batched once instead of once
     per call site, and XLA inlines the calls as before: the same results bit for bit.
     With :func:`gflow.flow.compiled` starting lanes through one jitted function too, a

@@ -163,6 +163,34 @@ def test_kink_decisions_are_consistent_and_min_norm():
 
 
 @pytest.mark.quick
+@pytest.mark.parametrize("n", [1, N])
+def test_field_is_the_reference_gradient_with_weight_decay(n):
+    """``System.field`` with fractional slopes and weight decay is the reference's NumPy
+    gradient (its own forward and backward passes), 0 in the state's last entry (the
+    energy integral); and, op by op, the very numbers of differentiating the objective
+    through the state's slices, as the engine did before writing out the weight decay's
+    gradient. One point: every product of the pass is written out (at most 16
+    multiply-adds); five: each is a ``dot``."""
+    from gflow.losses import objective
+
+    rng = np.random.default_rng(n)
+    params = [rng.normal(size=s) for s in SHAPES]
+    X, Y = rng.normal(size=(n, WIDTHS[0])), rng.normal(size=(n, WIDTHS[-1]))
+    layout = _Layout(SHAPES, n)
+    slopes = rng.uniform(size=layout.entry_offsets[-1])
+    y = np.append(np.concatenate([W.ravel() for W in params]), 2.5)
+    system = events.System(_unravel_for(SHAPES), "square", n, WIDTHS[1:-1], SLOTS)
+    f = np.asarray(system.field(jnp.asarray(y), (X, Y, 0.3), jnp.asarray(slopes)))
+    _, H, F = _surface_forward(params, X, _entries_to_layers(layout, slopes))
+    g = _vertex_gradients(params, H, _entries_to_layers(layout, slopes[None]), _output_gradient(F, Y, "square"), 0.3)[0]
+    np.testing.assert_allclose(f[:-1], -g, rtol=1e-12, atol=1e-12)
+    assert f[-1] == 0.0
+    through_slices = jax.grad(
+        lambda y: objective("square")(system.unravel(y), X, Y, 0.3, system._slope_list(jnp.asarray(slopes)))
+    )(jnp.asarray(y))
+    assert np.array_equal(f, -np.asarray(through_slices))
+
+
 def test_output_round_off_is_the_regression_losses_cancellation():
     """``System.output_round_off`` (the coupled round's round-off of the rates) against
     NumPy: ``ε·‖|out| + |Y|‖ / ‖out − Y‖``, with the network's output from a plain NumPy
