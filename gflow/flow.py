@@ -302,14 +302,14 @@ class _Program:
             # inactive by σ'(0) = 0 (System.cut): no decision.
             surely_cut = vmap(lambda m, on: system.cut(jnp.where(on, ev.SLIDING, m))[0])(mode, on_surface)
             on_surface = on_surface & ~surely_cut
+            # The units on their surfaces and the given sliding units are decided together
+            # by the loop's kink stage (:meth:`_resolve`, ``initial``) in the lane's first
+            # iteration, a forced step of length 0 at t = 0: a given sliding unit whose
+            # control falls outside [0, 1] (a run continued with another field: data,
+            # loss, weight decay) is no longer held by its surface and leaves there.
+            first = jnp.any(on_surface | (mode == ev.SLIDING), axis=1)
         else:
-            on_surface = jnp.zeros((L, P), bool)
-        # The units on their surfaces and the given sliding units are decided together by
-        # the loop's kink stage (:meth:`_resolve`, ``initial``) in the lane's first
-        # iteration, a forced step of length 0 at t = 0: a given sliding unit whose
-        # control falls outside [0, 1] (a run continued with another field: data, loss,
-        # weight decay) is no longer held by its surface and leaves there.
-        first = jnp.any(on_surface | (mode == ev.SLIDING), axis=1)
+            on_surface, first = jnp.zeros((L, P), bool), jnp.zeros(L, bool)
         armed = armed & (mode != ev.SLIDING)
 
         def first_step(y, mode, data):

@@ -129,9 +129,11 @@ def _damping(sensitivity):
 def _newton_controls(system, y, data, c, base, idx, valid, chord):
     """Deep networks' sliding controls, from the last controls ``c``: chord iterations, then
     Newton's method if they have not converged. The rates are multilinear in the controls
-    and ``c`` is close, so the chord (one Jacobian, :meth:`System.rates_jacobian`, at ``c``
-    or carried in ``chord`` from a nearby state, :meth:`System.chord`) converges in a few
-    steps of one rate evaluation each, where each Newton step pays for a new Jacobian.
+    and ``c`` is close, so the chord (one Jacobian, :meth:`System.rates_jacobian`, carried
+    in ``chord`` from a nearby state, :meth:`System.chord`) converges in a few steps of one
+    rate evaluation each, where each Newton step pays for a new Jacobian. Without
+    ``chord`` (the kink decision's last solve), Newton's method from ``c``: a chord's own
+    Jacobian would be one more copy of it in the compiled program.
     Both stop once the rates, relative to their sensitivity to the controls, are at
     ``_NEWTON_TOL``, or once a step fails to halve them below ``_NEWTON_NOISE`` (there the
     iterations would converge quadratically, so only round-off stops them: when the rates
@@ -142,11 +144,22 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
     (:func:`_newton_controls_jvp`)."""
     kw = dict(y=y, data=data, base=base, idx=idx, valid=valid)
     residual = functools.partial(_rates_residual, system, **kw)
-    if chord is None:
+
+    def newton(carry):
+        c, res, _, _, i = carry
         J, r = _residual_and_jacobian(system, c, **kw)
         inverse, scale = _damped_inverse(J, valid)
-    else:
-        (inverse, scale), r = chord, residual(c)
+        # ``prev``: the residual one step back (none for the first, computed where the chord stopped).
+        return c - inverse @ r, jnp.max(jnp.abs(r)), jnp.where(i == 0, jnp.inf, res), scale, i + 1
+
+    def unsolved(carry):
+        _, res, prev, scale, i = carry
+        stalled = (res > 0.5 * prev) & (res <= _NEWTON_NOISE * scale)
+        return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale) & ~stalled
+
+    if chord is None:  # Newton's method from c: no chord, whose Jacobian would be one more copy
+        return jax.lax.while_loop(unsolved, newton, (c, jnp.asarray(jnp.inf), jnp.asarray(jnp.inf), jnp.ones(()), 0))[0]
+    (inverse, scale), r = chord, residual(c)
 
     def chord_step(carry):
         c, step, res, i, _ = carry
@@ -168,18 +181,6 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
     c, step, res, _, good = jax.lax.while_loop(
         chord_unsolved, chord_step, (c, inverse @ r, res0, 0, jnp.isfinite(res0))
     )
-
-    def newton(carry):
-        c, res, _, _, i = carry
-        J, r = _residual_and_jacobian(system, c, **kw)
-        inverse, scale = _damped_inverse(J, valid)
-        # ``prev``: the residual one step back (none for the first, computed where the chord stopped).
-        return c - inverse @ r, jnp.max(jnp.abs(r)), jnp.where(i == 0, jnp.inf, res), scale, i + 1
-
-    def unsolved(carry):
-        _, res, prev, scale, i = carry
-        stalled = (res > 0.5 * prev) & (res <= _NEWTON_NOISE * scale)
-        return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale) & ~stalled
 
     # Converged chords enter with ``res`` at tolerance: no Newton step, just the last chord
     # step. A chord that stalled at round-off enters stalled: no Newton step either.
