@@ -583,8 +583,8 @@ class _Program:
         with the others.
 
         A lane's first iteration is such a step, of length 0, where units sit on their
-        surfaces at ``t = 0`` (:meth:`_start_lanes`): they are decided ``initial``
-        (:meth:`gflow.events.System.handle`), and no unit is late."""
+        surfaces at ``t = 0`` or are given as sliding (:meth:`_start_lanes`): they are
+        decided ``initial`` (:meth:`gflow.events.System.handle`), and no unit is late."""
         initial = _initial_round(s)
         late = o["late"] & (done & ~initial)[:, None] & ~s.pending
         involved = s.pending | late
@@ -771,8 +771,8 @@ _RATE_FLOOR = 1e-2  # times atol: rates of units on their surfaces that count as
 
 def _initial_round(s):
     """Lanes whose step is a forced step of length 0 at ``t = 0``: the kinks of units on
-    their surfaces at the start (:meth:`_Program._start_lanes`; a second such step where
-    more units than slots wait)."""
+    their surfaces at the start and of units given as sliding
+    (:meth:`_Program._start_lanes`; a second such step where more units than slots wait)."""
     return s.forced & (s.t == 0.0) & (s.dt == 0.0)
 
 
