@@ -324,7 +324,7 @@ class _Program:
 
         dt0, pid0 = vmap(first_step)(y, mode, data)
         dt0 = jnp.minimum(dt0, t1)
-        if self.rk is None:  # the solver's own state (a placeholder first stage: made_jump)
+        if self.rk is None:  # the solver's own state; the first step computes its first stage (made_jump)
             init = lambda y, mode, data: solver.init(self.terms, 0.0, t1, y, (mode, jnp.zeros(P), data, 0, None))  # noqa: E731
             fsal0 = vmap(init)(y, mode, data)
         else:
