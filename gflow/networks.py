@@ -80,7 +80,9 @@ def _times_transpose(h, W):
     CPU that is several times cheaper than a batched ``dot`` call per product. Larger ones
     are one ``dot``: written out, the products of a deep program were a quarter of its
     operations (depth 6, width 10, 16 points: it compiled in 42.7 s against 32.8 s, and
-    ran 380 iterations in 6.5 s against 5.0 s; 2026-12-06)."""
+    ran 380 iterations in 6.5 s against 5.0 s; 2026-12-06). Batches of small deep nets
+    pay for it at run time (products of 20–80 multiply-adds: about twice as long; see
+    the docs' Known limitations)."""
     if h.shape[0] * h.shape[1] * W.shape[0] > _SMALL_PRODUCT:
         return h @ W.T
     return jnp.sum(h[:, None, :] * W[None, :, :], axis=-1)
