@@ -150,12 +150,13 @@ class System:
     parameter vector ``y``) and are vmapped by :mod:`gflow.flow`.
     """
 
-    def __init__(self, unravel, loss, n, hidden_widths, max_sliding):
+    def __init__(self, unravel, loss, n, hidden_widths, max_sliding, small=16):
         from .losses import LOSSES, objective
         from .networks import index_table, preactivations
 
         self.unravel = unravel
-        self.objective = objective(loss)
+        self.small = small  # products written out up to it (networks.written_out_below)
+        self.objective = objective(loss, small)
         self.loss_fn = LOSSES[loss]
         self.loss_name = loss
         self.n = n
@@ -184,7 +185,7 @@ class System:
         exactly 0 to the layers above (:func:`gflow.networks.forward`)."""
         X = data[0]
         s = None if slopes is None else self._slope_list(slopes)
-        return self._preactivations(self.unravel(y), X, s, held=held)
+        return self._preactivations(self.unravel(y), X, s, held, self.small)
 
     def loss(self, y, data):
         X, Y, wd = data
@@ -194,7 +195,8 @@ class System:
         """``−∇L`` with the given slopes, flat. Shape ``(D,)``."""
         X, Y, wd = data
         params = self.unravel(y)
-        g = jax.grad(lambda params: self.loss_fn(forward(params, X, self._slope_list(slopes))[0], Y))(params)
+        slopes = self._slope_list(slopes)
+        g = jax.grad(lambda params: self.loss_fn(forward(params, X, slopes, small=self.small)[0], Y))(params)
         # Weight decay's gradient λθ written out: autodiff of (λ/2)‖θ‖² gives the same
         # numbers, (λ/2)·(2θ), in a square, a sum and their transposes per layer.
         return -self._flat([G + wd * W for G, W in zip(g, params)], y)
@@ -223,7 +225,7 @@ class System:
         if self.loss_name in CLASSIFICATION:
             return jnp.zeros(())
         X, Y, _ = data
-        out = forward(self.unravel(y), jnp.asarray(X), None)[0]
+        out = forward(self.unravel(y), jnp.asarray(X), small=self.small)[0]
         Y = jnp.reshape(jnp.asarray(Y), out.shape)
         gap = jnp.linalg.norm(out - Y)
         size = jnp.finfo(out.dtype).eps * jnp.linalg.norm(jnp.abs(out) + jnp.abs(Y))
@@ -239,7 +241,7 @@ class System:
         """Output ``(d_k,)`` and pre-activations ``(H,)`` at one input ``x`` with that
         point's slopes ``sigma`` ``(H,)``."""
         splits = np.cumsum(self.hidden_widths)[:-1]
-        out, pre = forward(params, x[None], [s[None] for s in jnp.split(sigma, splits)])
+        out, pre = forward(params, x[None], [s[None] for s in jnp.split(sigma, splits)], small=self.small)
         return out[0], jnp.concatenate([p[0] for p in pre])
 
     def rates_jacobian(self, y, data, slopes, field, idx, diagonal=False, norms=False):
@@ -255,7 +257,7 @@ class System:
         and ``∂_{s_b}∇p_a`` costs one pass over one point, where differentiating the whole
         field costs passes over all ``n`` (:func:`_rates_residual` under ``jacfwd``)."""
         X, Y = jnp.asarray(data[0]), jnp.asarray(data[1])
-        out = jax.lax.stop_gradient(forward(self.unravel(y), X, self._slope_list(slopes))[0])
+        out = jax.lax.stop_gradient(forward(self.unravel(y), X, self._slope_list(slopes), small=self.small)[0])
         sigmas = jnp.append(slopes, 0.0)[self._by_point]  # [point, position]
         point, position = jnp.asarray(self._point)[idx], jnp.asarray(self._position)[idx]
 
@@ -358,10 +360,11 @@ class System:
         X, Y, wd = data
         W1, W2 = self.unravel(y)
         S = base.reshape(self.hidden_widths[0], self.n)  # [neuron, point]
-        pre = _times_transpose(X, W1)  # [point, neuron]
-        beta = jax.grad(lambda H: self.loss_fn(_times_transpose(H, W2), Y))(S.T * pre)
-        gram = _times_transpose(X, X)
-        return beta, gram, -_times_transpose(S * beta.T, gram) - wd * pre.T
+        times = functools.partial(_times_transpose, small=self.small)
+        pre = times(X, W1)  # [point, neuron]
+        beta = jax.grad(lambda H: self.loss_fn(times(H, W2), Y))(S.T * pre)
+        gram = times(X, X)
+        return beta, gram, -times(S * beta.T, gram) - wd * pre.T
 
     def _control_depth2(self, y, data, base, idx, valid):
         """:meth:`_depth2_system` for the sliding units gathered in slots ``idx``."""

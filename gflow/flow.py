@@ -44,6 +44,7 @@ import numpy as np
 import optimistix as optx
 
 from . import events as ev
+from .networks import written_out_below
 from .solution import Status
 
 _SOLVERS = {"dopri8": diffrax.Dopri8, "dopri5": diffrax.Dopri5, "tsit5": diffrax.Tsit5, "kvaerno5": diffrax.Kvaerno5}
@@ -157,7 +158,8 @@ class _Program:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.system = ev.System(_unravel_for(cfg.shapes), cfg.loss, cfg.n, cfg.hidden_widths, cfg.max_sliding)
+        small = written_out_below(cfg.lanes)
+        self.system = ev.System(_unravel_for(cfg.shapes), cfg.loss, cfg.n, cfg.hidden_widths, cfg.max_sliding, small)
         self.base_solver = _SOLVERS[cfg.solver]()
         self.P, self.E, self.M = self.system.P, cfg.max_events, cfg.event_samples
         self.deep = len(cfg.hidden_widths) > 1

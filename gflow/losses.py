@@ -45,17 +45,18 @@ LOSSES = {"square": square, "mse": mse, "exponential": exponential, "logistic": 
 CLASSIFICATION = frozenset({"exponential", "logistic"})
 
 
-def objective(loss: str):
+def objective(loss: str, small: int = 16):
     """The function ``(params, X, Y, weight_decay, slopes) ↦ L(θ) + (λ/2)‖θ‖²``.
 
     ``slopes`` is passed to :func:`gflow.networks.forward`: ``None`` gives the network
     with true ReLUs; a list of per-pre-activation slopes gives the smooth extension from
-    one activation region, whose gradient is that region's one-sided field.
+    one activation region, whose gradient is that region's one-sided field. ``small``:
+    as in :func:`gflow.networks.forward`.
     """
     fn = LOSSES[loss]
 
     def value(params, X, Y, weight_decay=0.0, slopes=None):
-        out, _ = forward(params, X, slopes)
+        out, _ = forward(params, X, slopes, small=small)
         sq = sum(jnp.sum(W**2) for W in jax.tree.leaves(params))
         return fn(out, Y) + 0.5 * weight_decay * sq
 

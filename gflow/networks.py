@@ -35,7 +35,7 @@ def relu(z):
     return jnp.where(z > 0, z, 0.0)
 
 
-def forward(params, X, slopes=None, held=False):
+def forward(params, X, slopes=None, held=False, small=16):
     """Network output and hidden pre-activations.
 
     Arguments:
@@ -53,6 +53,8 @@ def forward(params, X, slopes=None, held=False):
             integrated ``p`` misses its surface does not reach the pre-activations
             above it. The gradient field keeps ``h = slope * p`` (``held=False``): with
             it the SPEC §3 invariants hold exactly at every state, surface or not.
+        small: multiply-adds up to which a layer's product is written out rather than
+            one ``dot`` (:func:`written_out_below`).
 
     Returns:
         ``(out, pre)``: output of shape ``(n, d_k)`` and the list of ``k-1``
@@ -61,37 +63,45 @@ def forward(params, X, slopes=None, held=False):
     h = X
     pre = []
     for layer, W in enumerate(params[:-1]):
-        p = _times_transpose(h, W)
+        p = _times_transpose(h, W, small)
         pre.append(p)
         if slopes is None:
             h = relu(p)
         else:
             s = slopes[layer]
             h = s * (jnp.where((s != 0) & (s != 1), p - jax.lax.stop_gradient(p), p) if held else p)
-    return _times_transpose(h, params[-1]), pre
+    return _times_transpose(h, params[-1], small), pre
 
 
-_SMALL_PRODUCT = 16  # multiply-adds up to which a product is written out elementwise
+def written_out_below(lanes):
+    """Multiply-adds up to which the engine writes a product ``h @ W.T`` out (a broadcast
+    multiply and a sum, which XLA fuses with its neighbours) rather than one ``dot``,
+    for a program of ``lanes`` trajectories side by side (:func:`gflow.simulate_batch`).
 
-
-def _times_transpose(h, W):
-    """``h @ W.T``. Tiny products (the paper's 2×2 layers, two points) are written as a
-    broadcast multiply and a sum, which XLA fuses with its neighbours; under ``vmap`` on a
-    CPU that is several times cheaper than a batched ``dot`` call per product. Larger ones
-    are one ``dot``: written out, the products of a deep program were a quarter of its
+    One trajectory (``lanes = 1``): 16, the paper's 2×2 layers at two points. Above,
+    one ``dot`` each: written out, the products of a deep program were a quarter of its
     operations (depth 6, width 10, 16 points: it compiled in 42.7 s against 32.8 s, and
-    ran 380 iterations in 6.5 s against 5.0 s; 2026-12-06). Batches of small deep nets
-    pay for it at run time (products of 20–80 multiply-adds: about twice as long; see
-    the docs' Known limitations)."""
-    if h.shape[0] * h.shape[1] * W.shape[0] > _SMALL_PRODUCT:
+    ran 380 iterations in 6.5 s against 5.0 s; 2026-12-06). Several lanes: 256. Under
+    ``vmap`` a CPU runs a small ``dot`` as a batched call per product, which costs several
+    times the fused loop: ``benchmarks.filippov``'s batches (10 depth-3 and 23 depth-4
+    problems, products of 20–150 multiply-adds) ran in 2.7–3.0 s and 8.9–9.6 s with
+    256 against 5.2–5.3 s and 17.6–18.1 s with 16, the same iterations and results
+    (2026-12-06, this machine's 2 cores)."""
+    return 16 if lanes == 1 else 256
+
+
+def _times_transpose(h, W, small=16):
+    """``h @ W.T``: written out up to ``small`` multiply-adds, else one ``dot``
+    (:func:`written_out_below`)."""
+    if h.shape[0] * h.shape[1] * W.shape[0] > small:
         return h @ W.T
     return jnp.sum(h[:, None, :] * W[None, :, :], axis=-1)
 
 
-def preactivations(params, X, slopes=None, held=False):
+def preactivations(params, X, slopes=None, held=False, small=16):
     """All hidden pre-activations as one flat vector of length ``P`` (module docstring);
-    ``slopes`` and ``held`` as in :func:`forward`."""
-    _, pre = forward(params, X, slopes, held)
+    ``slopes``, ``held`` and ``small`` as in :func:`forward`."""
+    _, pre = forward(params, X, slopes, held, small)
     if not pre:
         return jnp.zeros((0,), X.dtype)
     return jnp.concatenate([p.T.reshape(-1) for p in pre])
