@@ -66,7 +66,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import sliding
-from .networks import _times_transpose, forward
+from .networks import SMALL_PRODUCT, _times_transpose, forward
 from .sliding import (
     _SIGN_TOL,
     _damped_inverse,
@@ -150,7 +150,7 @@ class System:
     parameter vector ``y``) and are vmapped by :mod:`gflow.flow`.
     """
 
-    def __init__(self, unravel, loss, n, hidden_widths, max_sliding, small=16):
+    def __init__(self, unravel, loss, n, hidden_widths, max_sliding, small=SMALL_PRODUCT):
         from .losses import LOSSES, objective
         from .networks import index_table, preactivations
 

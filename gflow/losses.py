@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .networks import forward
+from .networks import SMALL_PRODUCT, forward
 
 __all__ = ["LOSSES", "CLASSIFICATION", "square", "mse", "exponential", "logistic", "objective"]
 
@@ -45,7 +45,7 @@ LOSSES = {"square": square, "mse": mse, "exponential": exponential, "logistic": 
 CLASSIFICATION = frozenset({"exponential", "logistic"})
 
 
-def objective(loss: str, small: int = 16):
+def objective(loss: str, small: int = SMALL_PRODUCT):
     """The function ``(params, X, Y, weight_decay, slopes) ↦ L(θ) + (λ/2)‖θ‖²``.
 
     ``slopes`` is passed to :func:`gflow.networks.forward`: ``None`` gives the network

@@ -30,12 +30,15 @@ __all__ = [
 ]
 
 
+SMALL_PRODUCT = 16  # multiply-adds up to which one trajectory's products are written out
+
+
 def relu(z):
     """``max(z, 0)`` with derivative 0 at 0 (the paper's convention ``σ'(0) = 0``)."""
     return jnp.where(z > 0, z, 0.0)
 
 
-def forward(params, X, slopes=None, held=False, small=16):
+def forward(params, X, slopes=None, held=False, small=SMALL_PRODUCT):
     """Network output and hidden pre-activations.
 
     Arguments:
@@ -87,10 +90,10 @@ def written_out_below(lanes):
     problems, products of 20–150 multiply-adds) ran in 2.7–3.0 s and 8.9–9.6 s with
     256 against 5.2–5.3 s and 17.6–18.1 s with 16, the same iterations and results
     (2026-12-06, this machine's 2 cores)."""
-    return 16 if lanes == 1 else 256
+    return SMALL_PRODUCT if lanes == 1 else 256
 
 
-def _times_transpose(h, W, small=16):
+def _times_transpose(h, W, small=SMALL_PRODUCT):
     """``h @ W.T``: written out up to ``small`` multiply-adds, else one ``dot``
     (:func:`written_out_below`)."""
     if h.shape[0] * h.shape[1] * W.shape[0] > small:
@@ -98,7 +101,7 @@ def _times_transpose(h, W, small=16):
     return jnp.sum(h[:, None, :] * W[None, :, :], axis=-1)
 
 
-def preactivations(params, X, slopes=None, held=False, small=16):
+def preactivations(params, X, slopes=None, held=False, small=SMALL_PRODUCT):
     """All hidden pre-activations as one flat vector of length ``P`` (module docstring);
     ``slopes``, ``held`` and ``small`` as in :func:`forward`."""
     _, pre = forward(params, X, slopes, held, small)
