@@ -25,7 +25,8 @@ next (SPEC §2):
   decided at once by the box complementarity problem of :mod:`gflow.sliding`, whose
   solution says which units slide and to which side the others go; for a single unit it
   gives the decisions above. A sliding unit's guard also fires when it drifts off its
-  surface (:func:`gflow.flow._held_guards`).
+  surface (:func:`gflow.flow._held_guards`). After the decision, sliding units more than
+  half a round-off band off their surfaces are put on them (:meth:`System.onto_surfaces`).
 - A neuron inactive on every point gets zero gradient on its incoming and outgoing
   weights, exactly (its slopes are 0). In the first layer its pre-activations are then
   constant and it never fires again (dead for good). In deeper layers its weights are
@@ -141,6 +142,35 @@ def slot_sizes(K):
     and 10, idle machine); the work of the ``K`` branch follows the units sliding, not
     ``K`` (the Jacobian's columns, :func:`_over_used_slots`)."""
     return sorted({1, K})
+
+
+def _least_move(W, h, S, p, columns):
+    """The least ``Δ`` (Frobenius) of a layer's weights ``W`` (``d × a``; inputs ``h``,
+    ``n × a``) with ``Δ_j·h_i = −p_ji`` where ``S`` (``[neuron, point]``), ``W_j·Δ_j = 0``
+    for every row and, with ``columns``, ``Σ_j W_jk Δ_jk = 0`` for every column
+    (:meth:`System.onto_surfaces`): ``Δ = Cᵀz`` with ``(C Cᵀ + ridge) z = b``, ``C Cᵀ``
+    from differentiating ``z ↦ C Cᵀ z`` (rows of units not moved, and of columns without
+    ``columns``: ``z`` itself, so their multipliers are 0; the ridge, 1e-14 of its scale,
+    for the empty rows of dead neurons)."""
+    d, a = W.shape
+    sizes = np.cumsum([S.size, a])
+
+    def delta(z):
+        mu, nu, rho = jnp.split(z, sizes)
+        nu = nu if columns else jnp.zeros_like(nu)
+        return (jnp.where(S, mu.reshape(d, -1), 0.0) @ h) + W * nu[None, :] + rho[:, None] * W
+
+    def gram(z):
+        mu, nu, _ = jnp.split(z, sizes)
+        D = delta(z)
+        surface = jnp.where(S, D @ h.T, mu.reshape(d, -1))
+        return jnp.concatenate([surface.reshape(-1), jnp.sum(W * D, axis=0) if columns else nu, jnp.sum(W * D, axis=1)])
+
+    N = S.size + a + d
+    A = jax.jacfwd(gram)(jnp.zeros(N, W.dtype))
+    ridge = 1e-14 * jnp.max(jnp.abs(jnp.diagonal(A)))
+    b = jnp.concatenate([jnp.where(S, -p, 0.0).reshape(-1), jnp.zeros(a + d, W.dtype)])
+    return delta(jnp.linalg.solve(A + ridge * jnp.eye(N, dtype=W.dtype), b))
 
 
 class System:
@@ -537,6 +567,34 @@ class System:
         return jnp.zeros(self.P, bool).at[: d * n].set(jnp.repeat(dead, n))
 
     # -- events -----------------------------------------------------------------------------
+    def onto_surfaces(self, y, data, mode, control, floor):
+        """Deep networks: ``y`` with every sliding unit more than ``floor`` off its surface
+        put on it by the least change of the weights that keeps the balance laws (SPEC §3)
+        to first order. A sliding control holds ``ṗ = 0`` wherever the slide starts, and a
+        unit whose guard its last event disarmed fires only at its round-off band's edge
+        (:func:`gflow.flow._noise`), so it can slide a band off its surface for good.
+
+        Layer by layer from the first, ``W`` (``d × a``, inputs ``H``, ``n × a``) moves by
+        the least ``Δ`` (Frobenius) with ``Δ_j·h_i = −p_ji`` for the units ``(j, i)`` to
+        move, ``W_j·Δ_j = 0`` for every row (the invariant ``‖W_l[j,:]‖² − ‖W_{l+1}[:,j]‖²``
+        of neuron ``j``) and, above the first layer, ``Σ_j W_jk Δ_jk = 0`` for every column
+        (that of neuron ``k`` below), :func:`_least_move`; the layer's outputs are then
+        recomputed with the modes' slopes for the next. Each invariant then moves by ``‖Δ‖²``-sized terms: ``(|p|/‖h‖)²``,
+        1e-14 for a unit 1.5e-7 off with ``‖h‖ = 1.3`` (the 20-point Scale problem), where
+        the surface rows alone moved the invariants below by 2e-8."""
+        X = jnp.asarray(data[0])
+        params = self.unravel(y)
+        slopes = self._slope_list(self.base_slopes(mode, control))
+        sliding = self._slope_list(mode == SLIDING)
+        h, moved = X, []
+        for layer, (W, s, on) in enumerate(zip(params[:-1], slopes, sliding)):
+            p = _times_transpose(h, W, self.small)  # [point, neuron]
+            W = W + _least_move(W, h, (on & (jnp.abs(p) > floor)).T, p.T, columns=layer > 0)
+            moved.append(W)
+            h = s * _times_transpose(h, W, self.small)
+        flat = jnp.concatenate([W.reshape(-1) for W in moved + [params[-1]]])
+        return jnp.concatenate([flat, y[flat.shape[0] :]])
+
     def cut(self, mode):
         """Units whose point has no activation in the layer below (*cut*), and units held
         on their surfaces whose control acts on nothing (*stranded*). Two ``(P,)`` bool

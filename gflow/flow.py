@@ -488,7 +488,7 @@ class _Program:
             lambda: (s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
         )  # fmt: skip
         mode = jnp.where(done[:, None], o["mode_end"], s.mode)
-        return _Kinks(mode, s.control, s.pending, s.unresolved, s.pending, ev_t, ev_k, ev_kind, ev_dir, n_ev)
+        return _Kinks(mode, s.control, s.pending, s.unresolved, s.pending, o["y1"], ev_t, ev_k, ev_kind, ev_dir, n_ev)
 
     def _locate(self, c, s, o, has_event, n_sliding, chord):
         """The time of the earliest crossing of the members whose guards changed sign, and
@@ -602,15 +602,35 @@ class _Program:
             records = jax.tree.map(lambda a: jnp.where(_bcast(done, a), a, jnp.zeros_like(a)), records)
             mode = jnp.where(done[:, None], mode, s.mode)
             control = jnp.where(done[:, None], control, s.control)
+            y = self._onto_surfaces(c, o["y1"], mode, control, s.data, done & ~initial) if self.deep else o["y1"]
             pending = jnp.where(done[:, None], pending, s.pending)
             unresolved = s.unresolved | (done & unresolved)
-            return (mode, control, pending, unresolved) + self._write(
+            return (y, mode, control, pending, unresolved) + self._write(
                 records, o["t_next"], s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev
             )
 
-        kept = (s.mode, s.control, s.pending, s.unresolved, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev)
-        mode, control, pending, unresolved, *events = jax.lax.cond(jnp.any(resolve), handle_all, lambda: kept)
-        return _Kinks(mode, control, pending, unresolved, involved, *events)
+        kept = (o["y1"], s.mode, s.control, s.pending, s.unresolved, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev)
+        y, mode, control, pending, unresolved, *events = jax.lax.cond(jnp.any(resolve), handle_all, lambda: kept)
+        return _Kinks(mode, control, pending, unresolved, involved, y, *events)
+
+    def _onto_surfaces(self, c, y, mode, control, data, which):
+        """The members of ``which`` with their sliding units more than half a round-off
+        band off their surfaces put on them (:meth:`gflow.events.System.onto_surfaces`):
+        units whose slide started at a disarmed guard's band edge. Computed only when some
+        member has one (outside ``vmap``: the solve is a dense system per layer)."""
+        system = self.system
+
+        def floor(y, mode, control, data):
+            p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
+            band = 0.5 * _noise(p, c.rtol, c.atol)
+            return band, jnp.any((mode == ev.SLIDING) & (jnp.abs(p) > band))
+
+        def moved():
+            return jnp.where(off[:, None], jax.vmap(system.onto_surfaces)(y, data, mode, control, band), y)
+
+        band, off = jax.vmap(floor)(y, mode, control, data)
+        off = off & which
+        return jax.lax.cond(jnp.any(off), moved, lambda: y)
 
     def _member_handle(self, c, y, mode, control, pending, data, initial):
         """One member's kinks (:meth:`gflow.events.System.handle`); ``initial`` at ``t = 0``,
@@ -643,7 +663,7 @@ class _Program:
         pending = jnp.where(has_event[:, None], new_pending, pending)
         more = forced_done & jnp.any(pending, axis=1)
         t = jnp.where(accept, o["t_next"], s.t)
-        y = jnp.where(accept[:, None], o["y1"], s.y)
+        y = jnp.where(accept[:, None], kinks.y, s.y)
         dt = jnp.where(
             has_event, t_e - s.t,
             jnp.where(forced_done, jnp.where(more, 0.0, s.dt_resume), o["dt_new"]),
@@ -759,6 +779,7 @@ class _Kinks(NamedTuple):
     pending: jax.Array
     unresolved: jax.Array
     involved: jax.Array  # the units resolved (changes re-arm their guards)
+    y: jax.Array  # the state after them (deep: sliding units put on their surfaces)
     ev_t: jax.Array
     ev_k: jax.Array
     ev_kind: jax.Array
@@ -837,8 +858,8 @@ def _held_guards(g, p, mode, noise):
     ``benchmarks/deep_scale``: 11 units at t = 12, up to 3.2e-5 of rate left over). Then
     the event ends its slide (:meth:`gflow.events.System.handle`: to the side its
     one-sided rates point to), so no unit is held farther than the band allows. A unit
-    that starts sliding may sit up to one band off its surface (the unarmed guards fire
-    at ``±noise``), hence the margin."""
+    that starts sliding a band off its surface (the unarmed guards fire at ``±noise``) is
+    put on it (:meth:`_onto_surfaces`)."""
     held = 1.0 - jnp.abs(p) / (_HELD_BAND * noise)
     return jnp.where(mode == ev.SLIDING, jnp.minimum(g, held), g)
 

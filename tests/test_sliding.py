@@ -23,6 +23,7 @@ from gflow.reference import (
     _surface_forward,
     _tangent_preactivations,
     _vertex_gradients,
+    balance_invariants,
     preactivations,
 )
 
@@ -294,3 +295,53 @@ def test_a_unit_whose_own_slide_is_unstable_is_held_by_the_units_coupled_to_it()
         minus[K[b]] -= 0.1
         J[:, j] = (rates(plus) - rates(minus))[S] / 0.2
     assert np.max(np.linalg.eigvals(J).real) < 0.0, np.linalg.eigvals(J)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sliding_units_are_put_on_their_surfaces_by_the_least_balanced_change(seed):
+    """``System.onto_surfaces`` against NumPy: from a state of ``surface_state`` moved off
+    by 1e-7 (a round-off band of the default tolerances), the sliding units' pre-activations
+    are back at round-off and the balance invariants of SPEC §3 unchanged to second order;
+    each layer's change is the minimum-norm solution (``numpy.linalg.lstsq``) of the
+    constraints written out over its entries: ``Δ_j·h_i = −p_ji`` at the sliding units,
+    ``W_j·Δ_j = 0`` per row, ``Σ_j W_jk Δ_jk = 0`` per column above the first layer, the
+    inputs ``h`` from the moved layers below with the modes' slopes. Nothing moves with the
+    floor above every ``|p|``."""
+    system, _ = engine()
+    params, X, Y, on = surface_state(seed)
+    rng = np.random.default_rng(100 + seed)
+    params = [W + 1e-7 * rng.normal(size=W.shape) for W in params]
+    pre = np.concatenate([p.ravel() for p in preactivations(params, X)])
+    mode = np.where(pre > 0, events.ACTIVE, events.INACTIVE).astype(np.int8)
+    mode[on] = events.SLIDING
+    control = np.where(mode == events.SLIDING, rng.uniform(0.1, 0.9, size=mode.shape), 0.0)
+    y = np.append(np.concatenate([W.ravel() for W in params]), 2.5)
+    onto = jax.jit(system.onto_surfaces)
+    state = (jnp.asarray(y), (X, Y, 0.0), jnp.asarray(mode), jnp.asarray(control))
+    assert np.array_equal(onto(*state, 1.0), y)
+    moved = np.asarray(onto(*state, 1e-12))
+    assert moved[-1] == 2.5
+    got = LAYOUT.unflatten(moved[:-1])
+    assert np.array_equal(got[-1], params[-1])
+    assert max(abs(pre[on])) >= 1e-8
+    after = np.concatenate([p.ravel() for p in preactivations(got, X)])
+    assert np.max(np.abs(after[on])) <= 1e-15
+    assert np.max(np.abs(balance_invariants(got) - balance_invariants(params))) <= 1e-13
+    h = X
+    for layer, W in enumerate(params[:-1]):
+        d, a = W.shape
+        base = LAYOUT.entry_offsets[layer]
+        rows, rhs = [], []
+        for j, i in [divmod(k - base, N) for k in on if base <= k < LAYOUT.entry_offsets[layer + 1]]:
+            rows.append(np.kron(np.eye(d)[j], h[i]))
+            rhs.append(-(W[j] @ h[i]))
+        for j in range(d):
+            rows.append(np.kron(np.eye(d)[j], W[j]))
+            rhs.append(0.0)
+        for k in range(a if layer else 0):
+            rows.append(np.kron(W[:, k], np.eye(a)[k]))
+            rhs.append(0.0)
+        step = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)[0].reshape(d, a)
+        np.testing.assert_allclose(got[layer] - W, step, rtol=0, atol=1e-13)
+        slopes = np.where(mode == events.ACTIVE, 1.0, control)[base : LAYOUT.entry_offsets[layer + 1]]
+        h = slopes.reshape(d, N).T * (h @ got[layer].T)
