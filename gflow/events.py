@@ -579,9 +579,10 @@ class System:
         move, ``W_j·Δ_j = 0`` for every row (the invariant ``‖W_l[j,:]‖² − ‖W_{l+1}[:,j]‖²``
         of neuron ``j``) and, above the first layer, ``Σ_j W_jk Δ_jk = 0`` for every column
         (that of neuron ``k`` below), :func:`_least_move`; the layer's outputs are then
-        recomputed with the modes' slopes for the next. Each invariant then moves by ``‖Δ‖²``-sized terms: ``(|p|/‖h‖)²``,
-        1e-14 for a unit 1.5e-7 off with ``‖h‖ = 1.3`` (the 20-point Scale problem), where
-        the surface rows alone moved the invariants below by 2e-8."""
+        recomputed with the modes' slopes for the next. Each invariant then moves by
+        ``‖Δ‖²``-sized terms, ``(|p|/‖h‖)²``: 1e-14 for a unit 1.5e-7 off with ``‖h‖ = 1.3``
+        (the 20-point Scale problem), where the surface rows alone moved the invariants
+        below by 2e-8."""
         X = jnp.asarray(data[0])
         params = self.unravel(y)
         slopes = self._slope_list(self.base_slopes(mode, control))
