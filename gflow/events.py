@@ -12,7 +12,7 @@ next (SPEC §2):
 - ``a₊``, ``a₋``: ``ṗ_k`` under the field with ``k``'s slope set to 1 and to 0 (every other
   unit as it is). ``ṗ_k`` is affine in that slope, so the Filippov field on the surface is
   ``c·a₊ + (1−c)·a₋`` for slope ``c``.
-- Depth 2 (:meth:`System._handle_depth2`): arriving from the active side (``p`` fell to
+- Depth 2 (:meth:`System.handle`): arriving from the active side (``p`` fell to
   0), the inactive field pushes back (``a₋ > 0``) → sliding starts with ``c = a₋/(a₋ −
   a₊)``; the active field clearly pushes away (``a₊ > 0``, a graze) → a touch, it stays
   active (reported as repelling if also ``a₋ < 0``); otherwise → transversal crossing, it
@@ -20,13 +20,13 @@ next (SPEC §2):
   tangent, such as a dying neuron, is inactive). Arrivals from the inactive side mirror
   this. A sliding unit leaves when its control reaches 0 (to the inactive side) or 1 (to
   the active side).
-- Deeper networks (:meth:`System._handle_deep`): every unit on its surface at the event
+- Deeper networks (:mod:`gflow.kinks`): every unit on its surface at the event
   (those arriving, those whose control reached 0 or 1, every other sliding unit) is
   decided at once by the box complementarity problem of :mod:`gflow.sliding`, whose
   solution says which units slide and to which side the others go; for a single unit it
   gives the decisions above. A sliding unit's guard also fires when it drifts off its
   surface (:func:`gflow.flow._held_guards`). After the decision, sliding units more than
-  half a round-off band off their surfaces are put on them (:meth:`System.onto_surfaces`).
+  half a round-off band off their surfaces are put on them (:func:`gflow.kinks.onto_surfaces`).
 - A neuron inactive on every point gets zero gradient on its incoming and outgoing
   weights, exactly (its slopes are 0). In the first layer its pre-activations are then
   constant and it never fires again (dead for good). In deeper layers its weights are
@@ -37,7 +37,7 @@ next (SPEC §2):
   while that lasts, and the one-sided fields do not decide its side.
   By ``σ'(0) = 0`` such units are *cut*: inactive, recorded as :attr:`Kind.CUT`, and a
   unit held on its surface whose control then acts on nothing (*stranded*) leaves by the
-  sign of its own rate (:meth:`System.cut`, :meth:`System.handle`). At the event where
+  sign of its own rate (:meth:`System.cut`, :func:`gflow.kinks.decide`). At the event where
   the last active unit ``j`` of a layer at a point reaches its surface, the units above
   it there reach theirs at the same instant, their pre-activations proportional to
   ``p_j``: they follow ``j`` (*slaved*). ``j``'s active-side rate is taken with them in
@@ -54,7 +54,7 @@ side: the mode is state, and an event is a sign change of the mode's own *guard*
 non-positive inside a step. The one exception follows an event in a deep network: units
 whose pre-activations the new modes moved beyond their round-off band on the other side
 of their surfaces (their guards already negative, so they would never change sign) take
-the mode of their side at once (:func:`gflow.flow._settle`).
+the mode of their side at once (:func:`gflow.kinks.settle`).
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import sliding
 from .networks import SMALL_PRODUCT, _times_transpose, forward
 from .sliding import (
     _SIGN_TOL,
@@ -131,7 +130,15 @@ class Kind(enum.IntEnum):
     inactive (direction −1 if it was not, else 0). A bias-free network meets this where
     the last active unit of a layer at a point leaves its surface to the inactive side,
     at once or at the end of a slide: every unit above it at that point reached its own
-    surface with it (:meth:`System.cut`, :meth:`System.handle`)."""
+    surface with it (:meth:`System.cut`, :func:`gflow.kinks.decide`)."""
+
+
+def _noise(p, rtol, atol):
+    """Band around a surface inside which a unit's guard cannot be told from zero: the
+    integration error of one step, ``10·(atol + rtol·max(1, max|p|))``, and never less
+    than round-off."""
+    scale = jnp.maximum(1.0, jnp.max(jnp.abs(p), axis=-1, initial=0.0))
+    return jnp.maximum(10.0 * (atol + rtol * scale), 1e-12 * scale)
 
 
 def slot_sizes(K):
@@ -142,35 +149,6 @@ def slot_sizes(K):
     and 10, idle machine); the work of the ``K`` branch follows the units sliding, not
     ``K`` (the Jacobian's columns, :func:`_over_used_slots`)."""
     return sorted({1, K})
-
-
-def _least_move(W, h, S, p, columns):
-    """The least ``Δ`` (Frobenius) of a layer's weights ``W`` (``d × a``; inputs ``h``,
-    ``n × a``) with ``Δ_j·h_i = −p_ji`` where ``S`` (``[neuron, point]``), ``W_j·Δ_j = 0``
-    for every row and, with ``columns``, ``Σ_j W_jk Δ_jk = 0`` for every column
-    (:meth:`System.onto_surfaces`): ``Δ = Cᵀz`` with ``(C Cᵀ + ridge) z = b``, ``C Cᵀ``
-    from differentiating ``z ↦ C Cᵀ z`` (rows of units not moved, and of columns without
-    ``columns``: ``z`` itself, so their multipliers are 0; the ridge, 1e-14 of its scale,
-    for the empty rows of dead neurons)."""
-    d, a = W.shape
-    sizes = np.cumsum([S.size, a])
-
-    def delta(z):
-        mu, nu, rho = jnp.split(z, sizes)
-        nu = nu if columns else jnp.zeros_like(nu)
-        return (jnp.where(S, mu.reshape(d, -1), 0.0) @ h) + W * nu[None, :] + rho[:, None] * W
-
-    def gram(z):
-        mu, nu, _ = jnp.split(z, sizes)
-        D = delta(z)
-        surface = jnp.where(S, D @ h.T, mu.reshape(d, -1))
-        return jnp.concatenate([surface.reshape(-1), jnp.sum(W * D, axis=0) if columns else nu, jnp.sum(W * D, axis=1)])
-
-    N = S.size + a + d
-    A = jax.jacfwd(gram)(jnp.zeros(N, W.dtype))
-    ridge = 1e-14 * jnp.max(jnp.abs(jnp.diagonal(A)))
-    b = jnp.concatenate([jnp.where(S, -p, 0.0).reshape(-1), jnp.zeros(a + d, W.dtype)])
-    return delta(jnp.linalg.solve(A + ridge * jnp.eye(N, dtype=W.dtype), b))
 
 
 class System:
@@ -567,34 +545,6 @@ class System:
         return jnp.zeros(self.P, bool).at[: d * n].set(jnp.repeat(dead, n))
 
     # -- events -----------------------------------------------------------------------------
-    def onto_surfaces(self, y, data, mode, control, floor):
-        """Deep networks: ``y`` with every sliding unit more than ``floor`` off its surface
-        put on it by the least change of the weights that keeps the balance laws (SPEC §3)
-        to first order. A sliding control holds ``ṗ = 0`` wherever the slide starts, and a
-        unit whose guard its last event disarmed fires only at its round-off band's edge
-        (:func:`gflow.flow._noise`), so it can slide a band off its surface for good.
-
-        Layer by layer from the first, ``W`` (``d × a``, inputs ``H``, ``n × a``) moves by
-        the least ``Δ`` (Frobenius) with ``Δ_j·h_i = −p_ji`` for the units ``(j, i)`` to
-        move, ``W_j·Δ_j = 0`` for every row (the invariant ``‖W_l[j,:]‖² − ‖W_{l+1}[:,j]‖²``
-        of neuron ``j``) and, above the first layer, ``Σ_j W_jk Δ_jk = 0`` for every column
-        (that of neuron ``k`` below), :func:`_least_move`; the layer's outputs are then
-        recomputed with the modes' slopes for the next. Each invariant then moves by
-        ``‖Δ‖²``-sized terms, ``(|p|/‖h‖)²``: 1e-14 for a unit 1.5e-7 off with ``‖h‖ = 1.3``
-        (the 20-point Scale problem), where the surface rows alone moved the invariants
-        below by 2e-8."""
-        X = jnp.asarray(data[0])
-        params = self.unravel(y)
-        slopes = self._slope_list(self.base_slopes(mode, control))
-        sliding = self._slope_list(mode == SLIDING)
-        h, moved = X, []
-        for layer, (W, s, on) in enumerate(zip(params[:-1], slopes, sliding)):
-            p = _times_transpose(h, W, self.small)  # [point, neuron]
-            W = W + _least_move(W, h, (on & (jnp.abs(p) > floor)).T, p.T, columns=layer > 0)
-            moved.append(W)
-            h = s * _times_transpose(h, W, self.small)
-        flat = jnp.concatenate([W.reshape(-1) for W in moved + [params[-1]]])
-        return jnp.concatenate([flat, y[flat.shape[0] :]])
 
     def cut(self, mode):
         """Units whose point has no activation in the layer below (*cut*), and units held
@@ -647,7 +597,7 @@ class System:
     def vanished(self, mode):
         """``(P,)`` bool: units whose point has no *active* unit in some layer below (units
         held on their surfaces count as inactive). Where pending units at an event are the
-        last active ones, the units this adds are their slaved units (:meth:`handle`)."""
+        last active ones, the units this adds are their slaved units (:func:`gflow.kinks.decide`)."""
         return self._columns(mode, lambda m: m == ACTIVE)[0]
 
     def _columns(self, mode, carries):
@@ -666,158 +616,13 @@ class System:
             has.append(carried)
         return jnp.concatenate(cuts), has
 
-    def handle(self, y, data, mode, control, pending, initial=False, rate_floor=0.0):
-        """Resolve the units in ``pending`` at state ``y`` (they sit on their surfaces).
-
-        Returns ``(mode, control, pending_left, records, unresolved)``: ``records`` is a
-        tuple of ``(mask, kind, direction)`` triples of ``(P,)`` arrays, the decisions
-        first; ``pending_left`` holds units not handled yet (more than ``K`` at once, for
-        later rounds; a deep member whose sliding units alone fill the slots stops
-        instead, see :meth:`_handle_deep`);
-        ``unresolved`` is true where the decision could not be solved to tolerance
-        (:attr:`gflow.Status.KINK_UNRESOLVED`). With
-        ``initial`` (a bool, may be traced), the units were found on their surfaces at
-        ``t = 0`` (in the inactive mode, by ``σ'(0) = 0``) and only what changes is
-        recorded. ``control``: deep networks take it as the sliding units' equivalent
-        controls at ``y`` (the integrator's guards solve them at each step's end), the
-        start of the decision. ``rate_floor``: rates of
-        units on their surfaces below it count as zero (deep networks; the integrator
-        passes a hundredth of ``atol``, a drift below the integration error).
-        """
-        if len(self.hidden_widths) == 1:
-            return self._handle_depth2(y, data, mode, control, pending, initial)
-        return self._handle_deep(y, data, mode, control, pending, initial, rate_floor)
-
-    def _handle_deep(self, y, data, mode, control, pending, initial, rate_floor):
-        """:meth:`handle` for deep networks: every unit on its surface is decided at once
-        by the box complementarity problem (:func:`gflow.sliding.complementarity`).
-
-        The set decided is the pending units and every sliding unit, each started from its
-        present slope (1 from the active side, 0 from the inactive side, its control if it
-        slides). Three cases are structural rather than decided (bias-free networks):
-
-        - *Slaved* units: where pending units are the last active ones of their layer at a
-          point, every unit above them there sits at its surface too, its pre-activation
-          proportional to theirs. They keep the modes they had while the units below stay
-          (on the active side, the field backpropagates through them) and are cut when those
-          leave.
-        - *Cut* units (:meth:`cut`): a point with no activation left in a layer has
-          pre-activation 0 in every unit above it, whatever the weights do; by
-          ``σ'(0) = 0`` they are inactive. A unit held on its surface whose slope then acts
-          on nothing (*stranded*) leaves by the sign of its own rate.
-        - *Revived* units (:meth:`revived`): cut units above a unit arriving from its
-          inactive side, the first that can carry its point again, take the modes they
-          have on its active side while it is decided (so that side's field backpropagates
-          through them), keep them if it slides or goes active (recorded as crossings with it
-          if it goes active), and are cut again if not.
-
-        Cuts change the field, so the problem is solved again on what remains until
-        nothing more is cut (at most one round per hidden layer)."""
-        P = self.P
-        slaved = self.vanished(jnp.where(pending, INACTIVE, mode)) & ~self.vanished(mode)
-        revived, revived_mode = self.revived(y, mode, pending)
-        main = ((mode == SLIDING) | pending) & ~slaved
-        idx = jnp.nonzero(main, size=self.K, fill_value=P)[0]
-        # More than K: the sliding units take the slots first and the arrivals left over
-        # are decided in the next round (they keep their sides meanwhile).
-        first = jnp.argsort(jnp.where(main, (mode != SLIDING).astype(jnp.int32), 2), stable=True)[: self.K]
-        idx = jnp.where(jnp.sum(main) > self.K, jnp.where(main[first], first, P), idx)
-        valid = idx < P
-        decided = jnp.zeros(P + 1, bool).at[idx].set(valid)[:P]
-        start = jnp.append(jnp.where(mode == SLIDING, control, (mode == ACTIVE).astype(control.dtype)), 0.0)[idx]
-
-        # Units arriving at their surfaces stay on their sides while the sliding units'
-        # controls are solved with them there (first round only).
-        arriving = valid & (jnp.append(mode, SLIDING)[idx] != SLIDING)
-
-        def solve(mode_now, c0, first):
-            """The problem on the units in the slots that are still on their surfaces."""
-            on = valid & (jnp.append(mode_now, INACTIVE)[idx] == SLIDING)
-            base = self.base_slopes(mode_now, jnp.zeros_like(control))
-            dec = sliding.complementarity(
-                self, y, data, base, jnp.where(on, idx, P), on, c0, hold=arriving & first, rate_floor=rate_floor
-            )
-            side = jnp.where(dec.slide, SLIDING, jnp.where(dec.up, ACTIVE, INACTIVE))
-            mode_new = jnp.append(mode_now, INACTIVE).at[idx].set(jnp.where(on, side, jnp.append(mode_now, 0)[idx]))
-            return mode_new[:P].astype(mode.dtype), dec, on
-
-        def round_(carry):
-            mode_now, c, dec, cut_all, _, first = carry
-            mode_new, dec_new, on = solve(mode_now, c, first)
-            dec = jax.tree.map(lambda new, old: jnp.where(on, new, old) if old.ndim else new, dec_new, dec)
-            c = jnp.where(on, dec_new.control, c)
-            # Slaved units are cut when the units below them leave their surfaces to the
-            # inactive side; points without activation cut every unit above them.
-            masters = jnp.where(pending & (mode_new == SLIDING) & (mode != SLIDING), ACTIVE, mode_new)
-            cut = (self.cut(mode_new)[0] | (slaved & self.vanished(masters))) & (mode_new != INACTIVE)
-            mode_new = jnp.where(cut, INACTIVE, mode_new)
-            # Held units whose slope acts on nothing leave by the sign of their own rate.
-            rate = jnp.append(jnp.zeros(P), 0.0).at[idx].set(jnp.where(on, dec_new.a_minus, 0.0))[:P]
-            stranded = (mode_new == SLIDING) & self.cut(mode_new)[1]
-            mode_new = jnp.where(stranded, jnp.where(rate > 0, ACTIVE, INACTIVE), mode_new).astype(mode.dtype)
-            return mode_new, c, dec, cut_all | cut, jnp.any(cut | stranded), jnp.zeros((), bool)
-
-        # Every decided unit on its surface; revived units in their modes (cut again below
-        # if the units under them do not stay).
-        mode0 = jnp.where(decided, SLIDING, jnp.where(revived, revived_mode, mode)).astype(mode.dtype)
-        empty = sliding.Decision(
-            control=start, slide=valid, up=jnp.zeros_like(valid), a_plus=jnp.zeros_like(start),
-            a_minus=jnp.zeros_like(start), residual=jnp.zeros(()), iterations=jnp.zeros((), jnp.int32),
-        )  # fmt: skip
-        carry = (mode0, start, empty, jnp.zeros(P, bool), jnp.ones((), bool), jnp.ones((), bool))
-        rounds = jax.lax.while_loop(lambda c: c[-2], round_, carry)
-        mode1, cK, dec, cut, *_ = rounds
-        control1 = jnp.append(control, 0.0).at[idx].set(jnp.where(valid, cK, jnp.append(control, 0.0)[idx]))[:P]
-
-        # Records: each unit decided, by where it was and where it went.
-        was_sliding = mode == SLIDING
-        arrived = decided & ~was_sliding
-        slides = mode1 == SLIDING
-        crossed = arrived & ~slides & (mode1 != mode)
-        # Revived units carried by an arriving unit that went active cross with it.
-        crossed = crossed | (revived & (mode1 == ACTIVE) & ~self.vanished(mode1))
-        kind_q = lambda v: jnp.full(P, int(v), jnp.int32)  # noqa: E731
-        a_plus = jnp.append(jnp.zeros(P), 0.0).at[idx].set(jnp.where(valid, dec.a_plus, 0.0))[:P]
-        a_minus = jnp.append(jnp.zeros(P), 0.0).at[idx].set(jnp.where(valid, dec.a_minus, 0.0))[:P]
-        tol = _SIGN_TOL * (jnp.abs(a_plus) + jnp.abs(a_minus))
-        repel = arrived & ~slides & ~crossed & (a_plus > tol) & (a_minus < -tol)
-        kind = jnp.select(
-            [cut & (mode != INACTIVE), was_sliding & ~slides, arrived & slides, crossed, repel],
-            [
-                kind_q(Kind.CUT),
-                kind_q(Kind.SLIDE_END),
-                kind_q(Kind.SLIDE_START),
-                kind_q(Kind.CROSS),
-                kind_q(Kind.REPEL),
-            ],
-            kind_q(Kind.TOUCH),
-        )
-        up = mode1 == ACTIVE
-        direction = jnp.where(
-            kind == Kind.CUT, -1, jnp.where((kind == Kind.SLIDE_END) | crossed, jnp.where(up, 1, -1), 0)
-        )
-        mask = jnp.where(
-            initial,
-            (decided | cut | crossed) & ((mode1 != mode) | repel),
-            (decided & ~(was_sliding & slides)) | (cut & (mode != INACTIVE)) | (pending & slaved) | crossed,
-        )
-        handled = decided | (pending & slaved)
-        unresolved = jnp.any(valid) & (dec.residual > sliding.SOLVED)
-        # The sliding units fill the slots and units arrive: no round can decide them, and
-        # deciding the sliding units without them would be wrong. Nothing is decided; the
-        # arriving units are reported on their surfaces, and the integrator stops the
-        # member with SLIDING_LIMIT (their count is then above ``K``).
-        arrivals = pending & ~slaved & (mode != SLIDING)
-        overflow = jnp.any(arrivals) & (jnp.sum(main & (mode == SLIDING)) >= self.K)
-        mode1 = jnp.where(overflow, jnp.where(arrivals, SLIDING, mode), mode1).astype(mode.dtype)
-        control1 = jnp.where(overflow, control, control1)
-        records = ((mask & ~overflow, kind, direction.astype(jnp.int32)),)
-        return mode1, control1, pending & ~handled & ~overflow, records, unresolved & ~overflow
-
-    def _handle_depth2(self, y, data, mode, control, pending, initial):
-        """:meth:`handle` for depth 2 (0.2.4's rule, its results unchanged bit for bit):
-        each arriving unit is decided by its one-sided rates, and a sliding unit whose
-        control (each neuron's block solved exactly) leaves ``[0, 1]`` goes to that side.
+    def handle(self, y, data, mode, control, pending, initial=False):
+        """Depth 2: resolve the units in ``pending`` at state ``y`` (they sit on their
+        surfaces) by 0.2.4's rule, its results unchanged bit for bit: each arriving unit is
+        decided by its one-sided rates, and a sliding unit whose control (each neuron's
+        block solved exactly) leaves ``[0, 1]`` goes to that side. Returns ``(mode,
+        control, pending_left, records, unresolved)`` as :func:`gflow.kinks.resolve` (deep
+        networks) does; ``unresolved`` is always false here.
         At ``t = 0`` (``initial``) a unit given as sliding whose control lies outside
         ``[0, 1]`` (a run continued with another field: data, loss, weight decay) is not
         held by its surface, and its control does not tell where it goes (both one-sided

@@ -11,7 +11,8 @@ that is still running either
   earliest crossing is located by Illinois root finding on the interpolant, the step is
   not taken, and the next iteration steps exactly to the crossing; or
 - takes that forced step to the crossing and resolves the crossing there
-  (:meth:`gflow.events.System.handle`): transversal, sliding (Filippov), touch.
+  (:func:`gflow.kinks.resolve`; depth 2: :meth:`gflow.events.System.handle`):
+  transversal, sliding (Filippov), touch.
 
 With ``events="through"`` (``Config.through``) the field takes its slopes from the sign
 of each pre-activation at the point of evaluation (plain ReLU autodiff, ``σ'(0) = 0``;
@@ -44,6 +45,8 @@ import numpy as np
 import optimistix as optx
 
 from . import events as ev
+from . import kinks
+from .events import _noise
 from .networks import written_out_below
 from .solution import Status
 
@@ -576,7 +579,7 @@ class _Program:
         return jnp.where(phase == 3, edge, hi), jnp.where(phase == 3, at_edge, mask & (g_hi <= 0))
 
     def _resolve(self, c, s, o, resolve, done):
-        """Resolve the kinks at the end of forced steps (:meth:`gflow.events.System.handle`).
+        """Resolve the kinks at the end of forced steps (:meth:`_member_handle`).
         Units past their surfaces there that were not located (``late``) crossed at the
         same instant to within the step's error: the forced step ends a little off the
         interpolant the crossing was located on, and a guard already non-positive at a
@@ -586,7 +589,7 @@ class _Program:
 
         A lane's first iteration is such a step, of length 0, where units sit on their
         surfaces at ``t = 0`` or are given as sliding (:meth:`_start_lanes`): they are
-        decided ``initial`` (:meth:`gflow.events.System.handle`), and no unit is late."""
+        decided ``initial`` (:func:`gflow.kinks.resolve`), and no unit is late."""
         initial = _initial_round(s)
         late = o["late"] & (done & ~initial)[:, None] & ~s.pending
         involved = s.pending | late
@@ -594,7 +597,7 @@ class _Program:
 
         def handle_all():
             # Deep networks start the decision from the sliding controls the step's last
-            # guard solved at its end, the kink (System.handle).
+            # guard solved at its end, the kink (kinks.resolve).
             at_end = o["control1"] if self.deep else s.control
             mode, control, pending, records, unresolved = jax.vmap(member)(
                 o["y1"], s.mode, at_end, involved, s.data, initial
@@ -615,7 +618,7 @@ class _Program:
 
     def _onto_surfaces(self, c, y, mode, control, data, which):
         """The members of ``which`` with their sliding units more than half a round-off
-        band off their surfaces put on them (:meth:`gflow.events.System.onto_surfaces`):
+        band off their surfaces put on them (:func:`gflow.kinks.onto_surfaces`):
         units whose slide started at a disarmed guard's band edge. Computed only when some
         member has one (outside ``vmap``: the solve is a dense system per layer)."""
         system = self.system
@@ -626,30 +629,21 @@ class _Program:
             return band, jnp.any((mode == ev.SLIDING) & (jnp.abs(p) > band))
 
         def moved():
-            return jnp.where(off[:, None], jax.vmap(system.onto_surfaces)(y, data, mode, control, band), y)
+            onto = jax.vmap(functools.partial(kinks.onto_surfaces, system))
+            return jnp.where(off[:, None], onto(y, data, mode, control, band), y)
 
         band, off = jax.vmap(floor)(y, mode, control, data)
         off = off & which
         return jax.lax.cond(jnp.any(off), moved, lambda: y)
 
     def _member_handle(self, c, y, mode, control, pending, data, initial):
-        """One member's kinks (:meth:`gflow.events.System.handle`); ``initial`` at ``t = 0``,
-        where the units given as sliding are decided with those on their surfaces."""
-        system = self.system
-        before, involved = mode, pending | (mode == ev.SLIDING)  # involved: at their surfaces
-        mode, control, left, records, unresolved = system.handle(
-            y, data, mode, control, pending, initial=initial, rate_floor=_RATE_FLOOR * c.atol
-        )
+        """One member's kinks (:func:`gflow.kinks.resolve`; depth 2:
+        :meth:`gflow.events.System.handle`); ``initial`` at ``t = 0``, where the units given
+        as sliding are decided with those on their surfaces."""
         if self.deep:
-            (mask, kind, direction), *rest = records
-            mode, past = _past_the_band(system, y, data, before, mode, control, pending & ~initial, c.rtol, c.atol)
-            kind = jnp.where(past, int(ev.Kind.CROSS), kind)
-            direction = jnp.where(past, jnp.where(mode == ev.ACTIVE, 1, -1), direction)
-            records = ((mask | past, kind, direction), *rest)
-            settled_mode, settled = _settle(system, y, data, before, mode, control, involved, c.rtol, c.atol)
-            mode = jnp.where(initial, mode, settled_mode)
-            records = records + (jax.tree.map(lambda a: jnp.where(initial, jnp.zeros_like(a), a), settled),)
-        return mode, control, left, records, unresolved
+            rate_floor = _RATE_FLOOR * c.atol
+            return kinks.resolve(self.system, y, data, mode, control, pending, initial, c.rtol, c.atol, rate_floor)
+        return self.system.handle(y, data, mode, control, pending, initial=initial)
 
     def _advance(self, c, s, o, kinks, t_e, new_pending, has_event, accept, forced_done, n_sliding, chord):
         """The new lane states: accepted steps taken, the next step's size (to the located
@@ -836,14 +830,6 @@ def _explicit_rk(tableau, field):
     return step
 
 
-def _noise(p, rtol, atol):
-    """Band around a surface inside which a unit's guard cannot be told from zero: the
-    integration error of one step, ``10·(atol + rtol·max(1, max|p|))``, and never less
-    than round-off."""
-    scale = jnp.maximum(1.0, jnp.max(jnp.abs(p), axis=-1, initial=0.0))
-    return jnp.maximum(10.0 * (atol + rtol * scale), 1e-12 * scale)
-
-
 _HELD_BAND = 4.0  # a sliding unit this many round-off bands off its surface is no longer held
 
 
@@ -856,75 +842,12 @@ def _held_guards(g, p, mode, noise):
     inside ``[0, 1]`` with the rates left over and the unit drifts off its surface with
     its guard ``min(c, 1 − c)`` positive (the 20-point Scale problem of
     ``benchmarks/deep_scale``: 11 units at t = 12, up to 3.2e-5 of rate left over). Then
-    the event ends its slide (:meth:`gflow.events.System.handle`: to the side its
+    the event ends its slide (:func:`gflow.kinks.decide`: to the side its
     one-sided rates point to), so no unit is held farther than the band allows. A unit
     that starts sliding a band off its surface (the unarmed guards fire at ``±noise``) is
     put on it (:meth:`_onto_surfaces`)."""
     held = 1.0 - jnp.abs(p) / (_HELD_BAND * noise)
     return jnp.where(mode == ev.SLIDING, jnp.minimum(g, held), g)
-
-
-def _past_the_band(system, y, data, before, mode, control, arrived, rtol, atol):
-    """Deep networks: units that arrived at their surfaces (``arrived``) and that the
-    decision kept on their sides (their one-sided rates zero within the rate floor:
-    :attr:`Kind.TOUCH`) while their pre-activation lies more than half a round-off band
-    (:func:`_noise`) on the other side take the mode of that side: ``(mode, past)``.
-
-    A unit fires there only from the band's edge, once it has come back past its surface
-    after an event left its guard unarmed; with rates that tell neither side, keeping its
-    mode left it at that edge to fire again at once. In ``tests/test_flow.py``'s
-    depth-4 balance run (seed 2, t ≈ 342–362, rates at round-off in the converged tail)
-    one unit touched 414 times with 0.3.5 and, round-off moved by 0.3.6's slot counts,
-    751 times without this rule, which stopped the member with ``MAX_EVENTS``. Units at
-    their surfaces (``|p|`` below half a band) keep the decision: there the rates decide."""
-    p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
-    mode, up, down = _to_their_side(mode, arrived & (mode == before), p, 0.5 * _noise(p, rtol, atol))
-    return mode, up | down
-
-
-def _to_their_side(mode, which, p, band):
-    """Units of ``which`` more than ``band`` past their surfaces on the other side of their
-    modes (inactive at ``p > band``, active at ``p < −band``) take that side's mode:
-    ``(mode, up, down)``, ``up`` and ``down`` the units that switched to either side."""
-    up = which & (mode == ev.INACTIVE) & (p > band)
-    down = which & (mode == ev.ACTIVE) & (p < -band)
-    return jnp.where(up, ev.ACTIVE, jnp.where(down, ev.INACTIVE, mode)).astype(mode.dtype), up, down
-
-
-def _settle(system, y, data, before, mode, control, involved, rtol, atol):
-    """Deep networks, after the modes of an event are decided (``before`` → ``mode``): units
-    whose pre-activations the new modes moved clearly to the other side of their surfaces
-    take the mode of their side.
-
-    The engine's forward passes use the modes' slopes, so when a unit switches mode, the
-    pre-activations above it at its point jump by its output: a unit that fires at the
-    edge of its round-off band switches from 0 to ``p`` ≈ band at once (for
-    ``relu(p)`` that change is continuous). A unit above it may then start beyond its
-    own band on the wrong side of its mode, where its guard is already negative and never
-    changes sign: in a depth-4 thm4 run (``λ = 1e-2``) two third-layer units at a point
-    whose lower layers had just revived stayed inactive on the active side (``p`` up to
-    +0.017 and +0.026), one of them to the end of the run. Such units cross now (a :attr:`Kind.CROSS` record towards their
-    side); then units whose point has no activation left below are cut (inactive,
-    :attr:`Kind.CUT`), as in :meth:`System.handle`. Layer by layer from the bottom, since
-    a layer's pre-activations depend on the modes below it. Only units whose
-    pre-activation the event moved are looked at, and none ``involved`` in it (handled,
-    still pending or sliding: they sit at their surfaces, where their rates decide):
-    others are left to their guards, which allow a unit that has just touched its surface
-    to sit within its band on the other side. Returns ``(mode, (mask, kind, direction))``."""
-    n, widths = system.n, system.hidden_widths
-    layer = jnp.asarray(np.repeat(np.arange(len(widths)), [d * n for d in widths]))
-    p_before = system.preacts(y, data, system.base_slopes(before, control), held=True)
-    mask, kind, direction = (jnp.zeros(system.P, t) for t in (bool, jnp.int32, jnp.int32))
-    for ell in range(1, len(widths)):  # the first layer's pre-activations depend on no mode
-        p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
-        here = (layer == ell) & ~involved & (p != p_before)
-        mode, up, down = _to_their_side(mode, here, p, _noise(p, rtol, atol))
-        cut = system.cut(mode)[0] & (mode != ev.INACTIVE) & ~involved
-        mode = jnp.where(cut, ev.INACTIVE, mode).astype(mode.dtype)
-        mask = mask | up | down | cut
-        kind = jnp.where(up | down, int(ev.Kind.CROSS), jnp.where(cut, int(ev.Kind.CUT), kind))
-        direction = jnp.where(up, 1, jnp.where(down | cut, -1, direction))
-    return mode, (mask, kind, direction)
 
 
 def _bcast(mask, a):

@@ -436,7 +436,7 @@ def test_sliding_rates_jacobian_is_the_autodiff_jacobian():
 def test_units_left_on_the_wrong_side_by_an_event_cross_at_once():
     """The engine's forward passes use mode slopes, so an event that switches a unit moves
     the pre-activations above it at its point at once; units it leaves clearly on the wrong
-    side of their surfaces would never see their guards fire. ``flow._settle`` gives them
+    side of their surfaces would never see their guards fire. ``kinks.settle`` gives them
     the mode of their side, layer by layer from the bottom, and cuts units whose point has
     no activation left below. Depth 4, modes by the signs, then an "event" switches a
     first-layer unit off at two points: at point 0 it was the only active one (everything
@@ -446,8 +446,8 @@ def test_units_left_on_the_wrong_side_by_an_event_cross_at_once():
     wrong) mode for its guard to handle, and so does a unit involved in the event."""
     import jax.numpy as jnp
 
-    from gflow import events
-    from gflow.flow import _settle, _unravel_for
+    from gflow import events, kinks
+    from gflow.flow import _unravel_for
 
     shapes, n = [(3, 2), (3, 3), (3, 3), (1, 3)], 4
     rng = np.random.default_rng(18)  # of seeds 0-39, one where the event moves two units in each layer above
@@ -489,7 +489,7 @@ def test_units_left_on_the_wrong_side_by_an_event_cross_at_once():
     involved = np.zeros(system.P, bool)
     involved[[0, 1, held]] = True
     settle = jax.jit(
-        lambda before, after, involved: _settle(
+        lambda before, after, involved: kinks.settle(
             system, y, data, before, after, jnp.zeros(system.P), involved, 1e-9, 1e-11
         )
     )
@@ -580,15 +580,16 @@ def test_cut_spreads_upwards_point_by_point():
 
 
 def test_unit_kept_on_its_side_past_its_band_takes_the_other_side():
-    """``flow._past_the_band``: a unit that arrived at its surface and was kept on its side
+    """``kinks.past_the_band``: a unit that arrived at its surface and was kept on its side
     (a touch) while its pre-activation lies more than half a round-off band on the other
     side takes that side's mode, either way; at less than half a band, or not arrived, or
-    moved by the decision, it keeps the decision's mode. The band is ``flow._noise``,
+    moved by the decision, it keeps the decision's mode. The band is ``events._noise``,
     computed here by hand: ``10·(atol + rtol·max(1, max|p|))``."""
     import jax.numpy as jnp
 
     from gflow import events
-    from gflow.flow import _past_the_band, _unravel_for
+    from gflow.flow import _unravel_for
+    from gflow.kinks import past_the_band
 
     widths, n = (2, 2, 2, 1), 2
     shapes = [(o, i) for i, o in zip(widths[:-1], widths[1:])]
@@ -605,12 +606,12 @@ def test_unit_kept_on_its_side_past_its_band_takes_the_other_side():
         arrived = np.zeros(system.P, bool)
         arrived[0] = True
         before = jnp.asarray(mode)
-        new, past = _past_the_band(system, y, data, before, before, jnp.zeros(system.P), arrived, rtol, atol)
+        new, past = past_the_band(system, y, data, before, before, jnp.zeros(system.P), arrived, rtol, atol)
         want = (events.ACTIVE if sign > 0 else events.INACTIVE) if moves else mode[0]
         assert int(new[0]) == want and bool(past[0]) == moves and not np.any(np.asarray(past)[1:])
         # Not arrived, or moved by the decision (sliding now): left alone.
-        _, past = _past_the_band(system, y, data, before, before, jnp.zeros(system.P), ~arrived, rtol, atol)
+        _, past = past_the_band(system, y, data, before, before, jnp.zeros(system.P), ~arrived, rtol, atol)
         assert not bool(past[0])
         sliding = before.at[0].set(events.SLIDING)
-        _, past = _past_the_band(system, y, data, before, sliding, jnp.zeros(system.P), arrived, rtol, atol)
+        _, past = past_the_band(system, y, data, before, sliding, jnp.zeros(system.P), arrived, rtol, atol)
         assert not bool(past[0])

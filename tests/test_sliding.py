@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gflow import events, sliding
+from gflow import events, kinks, sliding
 from gflow.flow import _unravel_for
 from gflow.reference import (
     _entries_to_layers,
@@ -299,7 +299,7 @@ def test_a_unit_whose_own_slide_is_unstable_is_held_by_the_units_coupled_to_it()
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sliding_units_are_put_on_their_surfaces_by_the_least_balanced_change(seed):
-    """``System.onto_surfaces`` against NumPy: from a state of ``surface_state`` moved off
+    """``kinks.onto_surfaces`` against NumPy: from a state of ``surface_state`` moved off
     by 1e-7 (a round-off band of the default tolerances), the sliding units' pre-activations
     are back at round-off and the balance invariants of SPEC §3 unchanged to second order;
     each layer's change is the minimum-norm solution (``numpy.linalg.lstsq``) of the
@@ -316,7 +316,7 @@ def test_sliding_units_are_put_on_their_surfaces_by_the_least_balanced_change(se
     mode[on] = events.SLIDING
     control = np.where(mode == events.SLIDING, rng.uniform(0.1, 0.9, size=mode.shape), 0.0)
     y = np.append(np.concatenate([W.ravel() for W in params]), 2.5)
-    onto = jax.jit(system.onto_surfaces)
+    onto = jax.jit(functools.partial(kinks.onto_surfaces, system))
     state = (jnp.asarray(y), (X, Y, 0.0), jnp.asarray(mode), jnp.asarray(control))
     assert np.array_equal(onto(*state, 1.0), y)
     moved = np.asarray(onto(*state, 1e-12))
