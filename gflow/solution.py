@@ -148,10 +148,12 @@ class Solution(eqx.Module):
     def energy_defect(self):
         """The energy identity's relative defect, ``|L(0) − L(t) − E(t)|`` over the loss
         the flow has dissipated (``max(E, |L(0) − L(t)|)``, at least 1e-14·|L(0)| so that a
-        trajectory that barely moves is not judged by round-off). At round-off times the
-        tolerance for an exact flow; a larger value means the integrated velocity was not
-        the gradient of the loss that fell (e.g. a sliding unit off its surface). One value,
-        or ``(B,)`` for a batch."""
+        trajectory that barely moves is not judged by round-off). For an exact flow it
+        shrinks with the tolerances, which bound errors relative to the weights' size: a
+        run that dissipates little (a warm start) shows more at the same tolerance (see
+        *Choosing tolerances*); a value that does not shrink means the integrated velocity
+        was not the gradient of the loss that fell (e.g. a sliding unit off its surface).
+        One value, or ``(B,)`` for a batch."""
         drop = np.asarray(self.initial_loss) - np.asarray(self.loss)
         scale = np.maximum(np.maximum(np.abs(drop), np.abs(self.energy)), 1e-14 * np.abs(self.initial_loss))
         return np.abs(drop - self.energy) / np.maximum(scale, np.finfo(np.float64).tiny)
