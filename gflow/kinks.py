@@ -41,7 +41,10 @@ def resolve(system, y, data, mode, control, pending, initial, rtol, atol, rate_f
     the decision kept on their sides beyond their round-off band (:func:`past_the_band`)
     and those the new modes moved past theirs (:func:`settle`). ``initial`` at ``t = 0``,
     where the units given as sliding are decided with those on their surfaces and only
-    what changes is recorded. ``rate_floor``: rates below it count as zero.
+    what changes is recorded. ``control``: the sliding units' equivalent controls at ``y``
+    (the integrator's guards solve them at each step's end), the decision's start.
+    ``rate_floor``: rates of units on their surfaces below it count as zero (the integrator
+    passes a hundredth of ``atol``, a drift below the integration error).
 
     Returns ``(mode, control, pending_left, records, unresolved)``: ``records`` a tuple of
     ``(mask, kind, direction)`` triples of ``(P,)`` arrays (the decision's, then the
