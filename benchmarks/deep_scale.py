@@ -155,7 +155,8 @@ def interval(sol, t0, loss0, energy0, X, wall):
     sliding = [int(np.sum(np.asarray(m) == events.SLIDING)) for m in modes]
     kinds = dict(Counter(r["kind"] for r in sol.crossings.rows()))
     return dict(
-        t=t0 + float(sol.t), status=sol.status.name, stats={k: int(v) for k, v in sol.stats.items()}, events=kinds,
+        t=t0 + float(sol.t), status=sol.status.name, stats={k: int(v) for k, v in sol.stats.items() if k.startswith("num_")},
+        events=kinds, tolerance_factor=float(sol.stats["tolerance_factor"]),
         loss=float(sol.loss), energy=energy, energy_defect=abs(drop - energy) / max(abs(drop), 1e-300),
         gap=float(np.max(sol.mode_gaps(X))), gap_start=float(np.max(sol.mode_gaps(X, 0.0))),
         K=int(np.sum(np.asarray(sol.final_modes) == events.SLIDING)), K_max=max(sliding), wall_s=wall,
@@ -163,7 +164,7 @@ def interval(sol, t0, loss0, energy0, X, wall):
 
 
 def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, per_k=0, rtol=1e-8, atol=1e-10,
-        resume=False):  # fmt: skip
+        resume=False, motion_tol=None):  # fmt: skip
     """The flow from save time to save time (one ``gflow.simulate`` call each, continued
     from the last one's weights and modes, one compiled program), a progress line after
     each, the run so far saved to ``state`` if given; then the summary."""
@@ -174,7 +175,9 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, p
     ts = np.linspace(0.0, t1, 41)
     config = dict(depth=depth, width=width, n=n, t1=t1, max_sliding=max_sliding, max_steps=max_steps, rtol=rtol,
                   atol=atol)  # fmt: skip
-    tolerances = dict(rtol=rtol, atol=atol)
+    if motion_tol is not None:
+        config["motion_tol"] = motion_tol
+    tolerances = dict(rtol=rtol, atol=atol, motion_tol=motion_tol)
     loss0 = loss_value(params, X, Y, "square")
     states, rows = load_state(state, config) if resume else ([([np.asarray(W) for W in params], None)], [])
     if resume:
@@ -199,7 +202,7 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, p
         r = rows[-1]
         print(f"t {r['t']:7.3f}  {r['status']}  loss {r['loss']:.3e}  iterations {r['stats']['num_iterations']:5d}  "
               f"K {r['K']:3d} (max {r['K_max']:3d})  energy defect {r['energy_defect']:.1e}  gap {r['gap']:.1e}  "
-              f"{wall:6.1f} s", flush=True)  # fmt: skip
+              f"tolerance factor {r['tolerance_factor']:.1e}  {wall:6.1f} s", flush=True)  # fmt: skip
         if state:
             save_state(state, config, states, rows, sol, X, Y)
     last, reached = rows[-1], len(states)
@@ -219,7 +222,7 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, p
     kinds = dict(sum((Counter(r["events"]) for r in rows), Counter()))
     return dict(
         depth=depth, width=width, n=n, preactivations=n * width * (depth - 1), t1=t1, max_sliding=max_sliding,
-        rtol=rtol, atol=atol, max_steps=max_steps,
+        rtol=rtol, atol=atol, motion_tol=motion_tol, max_steps=max_steps,
         status=status, t=last["t"], stats=stats, events=kinds, loss0=float(loss0), loss=last["loss"],
         loss_numpy=float(loss_value(end, X, Y, "square")), drift=balance_drift(params, end),
         sliding_at_end=last["K"], gap_all=last["gap"], gap_saved_max=max(saved_gaps),
@@ -241,6 +244,7 @@ def main(argv=None):
     parser.add_argument("--max-sliding", type=int, default=64)
     parser.add_argument("--rtol", type=float, default=1e-8, help="gflow's rtol (default 1e-8, gflow's)")
     parser.add_argument("--atol", type=float, default=1e-10, help="gflow's atol (default 1e-10, gflow's)")
+    parser.add_argument("--motion-tol", type=float, default=None, help="gflow's motion_tol (default: none)")
     parser.add_argument("--max-steps", type=int, default=20_000, help="iterations at most (default 20,000)")
     parser.add_argument("--gd", default="", help="step sizes for gradient descent beside the flow, e.g. 1e-3,5e-4")
     parser.add_argument("--per-k", type=int, default=0, metavar="M",
@@ -256,10 +260,11 @@ def main(argv=None):
     shape = (args.depth, args.width, args.points, args.t1, args.max_sliding, args.max_steps)
     if args.resume and not args.state:
         parser.error("--resume: needs --state PATH (the run to continue)")
-    r = run(*shape, gd, args.state, args.per_k, args.rtol, args.atol, args.resume)
+    r = run(*shape, gd, args.state, args.per_k, args.rtol, args.atol, args.resume, args.motion_tol)
     s = r["stats"]
     print(f"depth {r['depth']}, width {r['width']}, {r['n']} points ({r['preactivations']} pre-activations), "
-          f"t1 {r['t1']:g}, max_sliding {r['max_sliding']}, rtol {r['rtol']:g}, atol {r['atol']:g}")  # fmt: skip
+          f"t1 {r['t1']:g}, max_sliding {r['max_sliding']}, rtol {r['rtol']:g}, atol {r['atol']:g}, "
+          f"motion_tol {r['motion_tol']}")  # fmt: skip
     print(f"status {r['status']} at t = {r['t']:.4g}; iterations {s['num_iterations']} "
           f"({s['num_accepted']} accepted, {s['num_rejected']} rejected); events {r['events']}")  # fmt: skip
     print(f"loss {r['loss0']:.4g} -> {r['loss']:.4g} (NumPy {r['loss_numpy']:.4g}); §3 drift {r['drift']:.1e}; "

@@ -73,6 +73,7 @@ class Config:
     icoeff: float
     through: bool = False
     use_dtol: bool = False
+    follow: bool = False  # tolerances also held to a fraction of the motion left (motion_tol)
 
     @property
     def hidden_widths(self):
@@ -106,6 +107,7 @@ class _State(NamedTuple):
     slot: jax.Array
     mode0: jax.Array
     unresolved: jax.Array
+    tolf: jax.Array  # the factor on rtol and atol (motion_tol; 1 without it)
     data: tuple
 
 
@@ -142,6 +144,7 @@ class _Call(NamedTuple):
     dtol: jax.Array
     ts: jax.Array
     max_steps: jax.Array
+    mtol: jax.Array
     solver: object
     controller: object
     L: int  # lanes
@@ -217,11 +220,37 @@ class _Program:
         controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff, norm=_theta_norm)
         return solver, controller
 
+    def _tolerance_factor(self, y, loss, speed, rtol, atol, mtol):
+        """The factor ``f ≤ 1`` on ``rtol`` and ``atol`` of a member at ``y``, with loss
+        ``L`` and speed ``‖θ̇‖`` there (``motion_tol``; 1 without it). Near a minimum
+        of loss 0, ``L ≈ ½·eᵀHe`` and ``‖θ̇‖ ≈ ‖He‖`` for the distance ``e`` to it, so
+        ``2L/‖θ̇‖`` is the distance left in the loss's quadratic model (``‖e‖`` when
+        ``H`` is a multiple of the identity), and the field's relative error from an
+        error ``δ`` in the weights is ``δ/‖e‖``: tolerances fixed against ``‖θ‖`` decide
+        the kinks by noise once ``‖e‖`` falls to their size. ``f`` holds the error unit
+        ``f·(atol + rtol·‖θ‖_rms)`` at ``mtol·2L/‖θ̇‖``, never above 1 (the given
+        tolerances; also wherever ``2L/‖θ̇‖`` is not small: a plateau, a stationary point
+        of positive loss) nor below ``f·rtol = _RTOL_FLOOR`` (a few ulps)."""
+        if not self.cfg.follow:
+            return jnp.ones(())
+        distance = 2.0 * jnp.maximum(loss, 0.0) / speed
+        f = mtol * distance / (atol + rtol * _theta_norm(y))
+        f = jnp.where(jnp.isnan(f), 1.0, f)
+        return jnp.clip(f, jnp.minimum(1.0, _RTOL_FLOOR / rtol), 1.0)
+
+    def _member_call(self, c, f):
+        """``c`` at one member's tolerances ``f·rtol``, ``f·atol`` (:meth:`_tolerance_factor`)."""
+        if not self.cfg.follow:
+            return c
+        rtol, atol = f * c.rtol, f * c.atol
+        solver, controller = self.tools(rtol, atol)
+        return c._replace(rtol=rtol, atol=atol, solver=solver, controller=controller)
+
     def interpolant(self, c, t0, t_next, dense):
         return c.solver.interpolation_cls(t0=t0, t1=t_next, **dense)
 
     # ---- the whole call -------------------------------------------------------------------
-    def run(self, y0, X, Y, wd, modes, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps):
+    def run(self, y0, X, Y, wd, modes, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps, mtol):
         """Integrate the first ``count`` of the ``N`` rows of ``y0`` (the rest are padding:
         never started, results left at zero, so a padded batch costs no extra work)."""
         cfg, system, P, E = self.cfg, self.system, self.P, self.E
@@ -230,8 +259,8 @@ class _Program:
         y0 = jnp.concatenate([y0, jnp.zeros((N, 1), y0.dtype)], axis=1)  # θ, then E = 0
         count = jnp.minimum(jnp.asarray(count, jnp.int32), N)
         solver, controller = self.tools(rtol, atol)
-        c = _Call(t1, rtol, atol, gtol, ltol, dtol, ts, max_steps, solver, controller, L, S)
-        inputs = (y0, X, Y, wd, modes, t1, rtol, atol, ts)
+        c = _Call(t1, rtol, atol, gtol, ltol, dtol, ts, max_steps, mtol, solver, controller, L, S)
+        inputs = (y0, X, Y, wd, modes, t1, rtol, atol, ts, mtol)
 
         # Lanes are started inside the loop, at the top of the iteration after a lane
         # frees (before the first, all of them): the program holds one copy of the start
@@ -243,7 +272,7 @@ class _Program:
             mode0=jnp.zeros((N, P), jnp.int8), ev_t=jnp.zeros((N, E)), ev_k=jnp.zeros((N, E), jnp.int32),
             ev_kind=jnp.zeros((N, E), jnp.int32), ev_dir=jnp.zeros((N, E), jnp.int32), n_ev=jnp.zeros(N, jnp.int32),
             saved=jnp.zeros((N, S) + y0.shape[1:]), n_acc=jnp.zeros(N, jnp.int32), n_rej=jnp.zeros(N, jnp.int32),
-            n_iter=jnp.zeros(N, jnp.int32), control=jnp.zeros((N, P)),
+            n_iter=jnp.zeros(N, jnp.int32), control=jnp.zeros((N, P)), tolf=jnp.ones(N),
         )  # fmt: skip
 
         def body(carry):
@@ -283,7 +312,7 @@ class _Program:
         return out, loss, gnorm
 
     # ---- lanes ----------------------------------------------------------------------------
-    def _start_lanes(self, idx, y0, X, Y, wd, modes, t1, rtol, atol, ts):
+    def _start_lanes(self, idx, y0, X, Y, wd, modes, t1, rtol, atol, ts, mtol):
         """Lane states for trajectories ``idx`` (``(L,)``), at t = 0. Units on their surfaces
         there, and units given as sliding, are decided in the lane's first iteration
         (:meth:`_resolve`): nothing here solves a sliding control."""
@@ -296,11 +325,15 @@ class _Program:
             # are kept; the others follow the signs, p = 0 decided below.
             p = system.preacts(y, data)
             mode = jnp.where(given >= 0, given, jnp.where(p > 0, ev.ACTIVE, ev.INACTIVE)).astype(jnp.int8)
-            return mode, (p == 0.0) & (given < 0), jnp.abs(p) > _noise(p, rtol, atol)
+            # The tolerance factor from the field with the modes' slopes, sliding units at
+            # slope 0 until the first iteration solves their controls (an estimate).
+            speed = jnp.linalg.norm(system.field(y, data, system.base_slopes(mode, jnp.zeros(P))))
+            f = self._tolerance_factor(y, system.loss(y, data), speed, rtol, atol, mtol)
+            return mode, (p == 0.0) & (given < 0), jnp.abs(p) > _noise(p, f * rtol, f * atol), f
 
         y = y0[idx]
         data = (X[idx], Y[idx], wd[idx])
-        mode, on_surface, armed = vmap(member_init)(y, data, modes[idx])
+        mode, on_surface, armed, tolf = vmap(member_init)(y, data, modes[idx])
         if not cfg.through:
             # Units cut off from the data whatever the units on their surfaces below them
             # do (none at their point below them active, sliding or on its surface) are
@@ -351,7 +384,7 @@ class _Program:
             status=jnp.full(L, int(Status.RUNNING), jnp.int32), slot=idx.astype(jnp.int32),
             # mode0: the given modes until the first iteration has decided the units on
             # their surfaces and the given sliding units, then the modes it leaves.
-            mode0=mode, unresolved=jnp.zeros(L, bool), data=data,
+            mode0=mode, unresolved=jnp.zeros(L, bool), tolf=tolf, data=data,
         )  # fmt: skip
 
     def _start(self, N, count, inputs, state, next_, pid_reset, start):
@@ -426,6 +459,7 @@ class _Program:
         at the step's start, ``event_samples − 1`` interior points of the dense interpolant
         and its end; the first interval in which a guard changes sign."""
         cfg, system, M = self.cfg, self.system, self.M
+        c = self._member_call(c, s.tolf)
         h = jnp.where(s.forced, s.dt, jnp.minimum(s.dt, c.t1 - s.t))
         t_next = s.t + h
         args = (s.mode, s.control, data, n_sliding, chord)
@@ -605,12 +639,14 @@ class _Program:
             # guard solved at its end, the kink (kinks.resolve).
             at_end = o["control1"] if self.deep else s.control
             mode, control, pending, records, unresolved = jax.vmap(member)(
-                o["y1"], s.mode, at_end, involved, s.data, initial
+                o["y1"], s.mode, at_end, involved, s.data, initial, s.tolf
             )
             records = jax.tree.map(lambda a: jnp.where(_bcast(done, a), a, jnp.zeros_like(a)), records)
             mode = jnp.where(done[:, None], mode, s.mode)
             control = jnp.where(done[:, None], control, s.control)
-            y = self._onto_surfaces(c, o["y1"], mode, control, s.data, done & ~initial) if self.deep else o["y1"]
+            y = o["y1"]
+            if self.deep:
+                y = self._onto_surfaces(c, y, mode, control, s.data, s.tolf, done & ~initial)
             pending = jnp.where(done[:, None], pending, s.pending)
             unresolved = s.unresolved | (done & unresolved)
             return (y, mode, control, pending, unresolved) + self._write(
@@ -621,33 +657,34 @@ class _Program:
         y, mode, control, pending, unresolved, *events = jax.lax.cond(jnp.any(resolve), handle_all, lambda: kept)
         return _Kinks(mode, control, pending, unresolved, involved, y, *events)
 
-    def _onto_surfaces(self, c, y, mode, control, data, which):
+    def _onto_surfaces(self, c, y, mode, control, data, tolf, which):
         """The members of ``which`` with their sliding units more than half a round-off
         band off their surfaces put on them (:func:`gflow.kinks.onto_surfaces`):
         units whose slide started at a disarmed guard's band edge. Computed only when some
         member has one (outside ``vmap``: the solve is a dense system per layer)."""
         system = self.system
 
-        def floor(y, mode, control, data):
+        def floor(y, mode, control, data, f):
             p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
-            band = 0.5 * _noise(p, c.rtol, c.atol)
+            band = 0.5 * _noise(p, f * c.rtol, f * c.atol)
             return band, jnp.any((mode == ev.SLIDING) & (jnp.abs(p) > band))
 
         def moved():
             onto = jax.vmap(functools.partial(kinks.onto_surfaces, system))
             return jnp.where(off[:, None], onto(y, data, mode, control, band), y)
 
-        band, off = jax.vmap(floor)(y, mode, control, data)
+        band, off = jax.vmap(floor)(y, mode, control, data, tolf)
         off = off & which
         return jax.lax.cond(jnp.any(off), moved, lambda: y)
 
-    def _member_handle(self, c, y, mode, control, pending, data, initial):
+    def _member_handle(self, c, y, mode, control, pending, data, initial, tolf):
         """One member's kinks (:func:`gflow.kinks.resolve`; depth 2:
         :meth:`gflow.events.System.handle`); ``initial`` at ``t = 0``, where the units given
         as sliding are decided with those on their surfaces."""
         if self.deep:
-            rate_floor = _RATE_FLOOR * c.atol
-            return kinks.resolve(self.system, y, data, mode, control, pending, initial, c.rtol, c.atol, rate_floor)
+            rtol, atol = tolf * c.rtol, tolf * c.atol
+            rate_floor = _RATE_FLOOR * atol
+            return kinks.resolve(self.system, y, data, mode, control, pending, initial, rtol, atol, rate_floor)
         return self.system.handle(y, data, mode, control, pending, initial=initial)
 
     def _advance(self, c, s, o, kinks, t_e, new_pending, has_event, accept, forced_done, n_sliding, chord):
@@ -677,9 +714,10 @@ class _Program:
         forced = has_event | more
         saved, save_i = self._save(c, s, o, accept & running)
         # Stopping.
-        gnorm, loss, speed = jax.vmap(self._member_checks, in_axes=(0, 0, 0, 0, None, 0))(
-            y, mode, control, s.data, n_sliding, chord
+        gnorm, loss, speed, tolf = jax.vmap(self._member_checks, in_axes=(None, 0, 0, 0, 0, None, 0))(
+            c, y, mode, control, s.data, n_sliding, chord
         )
+        tolf = jnp.where(accept, tolf, s.tolf)
         n_iter = s.n_iter + 1
         step_collapsed = ~o["keep"] & (o["dt_new"] <= 1e-14 * jnp.maximum(jnp.abs(s.t), 1.0))
         status = jnp.select(
@@ -709,23 +747,26 @@ class _Program:
             ev_kind=kinks.ev_kind, ev_dir=kinks.ev_dir, n_ev=kinks.n_ev, saved=saved, save_i=save_i,
             n_acc=s.n_acc + accept, n_rej=s.n_rej + (~o["keep"] & ~has_event), n_iter=n_iter, status=status,
             slot=s.slot, mode0=jnp.where((forced_done & _initial_round(s))[:, None], mode, s.mode0),
-            unresolved=kinks.unresolved, data=s.data,
+            unresolved=kinks.unresolved, tolf=tolf, data=s.data,
         )  # fmt: skip
 
-    def _member_checks(self, y, mode, control, data, n_sliding, chord):
+    def _member_checks(self, c, y, mode, control, data, n_sliding, chord):
         """The gradient norm, loss and direction speed the stops compare (``inf`` where the
-        stop is off)."""
+        stop is off), and the tolerance factor (:meth:`_tolerance_factor`)."""
         cfg, system = self.cfg, self.system
-        if not (cfg.use_gtol or cfg.use_dtol):
-            return jnp.inf, (system.loss(y, data) if cfg.use_ltol else jnp.inf), jnp.inf
+        loss = system.loss(y, data) if (cfg.use_ltol or cfg.follow) else jnp.inf
+        if not (cfg.use_gtol or cfg.use_dtol or cfg.follow):
+            return jnp.inf, loss, jnp.inf, jnp.ones(())
         f = system.field(y, data, self.slopes_of(y, data, mode, control, n_sliding, chord))
-        loss = system.loss(y, data) if cfg.use_ltol else jnp.inf
+        norm = jnp.linalg.norm(f)  # f[-1] = 0: θ only
         # How fast the direction moves per unit of log‖θ‖: ‖d(θ/‖θ‖)/d log‖θ‖‖ =
         # ‖f_⊥‖/(θ̂·f) = tan ∠(θ, f), infinite while ‖θ‖ does not grow.
-        radial = jnp.dot(y, f) / jnp.maximum(jnp.linalg.norm(y[:-1]), 1e-300)  # f[-1] = 0: θ only
+        radial = jnp.dot(y, f) / jnp.maximum(jnp.linalg.norm(y[:-1]), 1e-300)
         tangential = jnp.sqrt(jnp.maximum(jnp.dot(f, f) - radial**2, 0.0))
         speed = jnp.where(radial > 0, tangential / jnp.where(radial > 0, radial, 1.0), jnp.inf)
-        return (jnp.linalg.norm(f) if cfg.use_gtol else jnp.inf), loss, (speed if cfg.use_dtol else jnp.inf)
+        tolf = self._tolerance_factor(y, loss, norm, c.rtol, c.atol, c.mtol)
+        off = jnp.inf
+        return (norm if cfg.use_gtol else off), (loss if cfg.use_ltol else off), (speed if cfg.use_dtol else off), tolf
 
     def _save(self, c, s, o, accepted):
         """Save the requested times that fall inside accepted steps."""
@@ -789,6 +830,9 @@ class _Kinks(NamedTuple):
 
 _IDLE = -1  # a lane with no trajectory left to integrate
 _BACK_PROBES = 40  # most probes back from the round-off band's edge for a unit's zero (_member_locate)
+# The least rtol motion_tol scales to (_Program._tolerance_factor): about 5 ulps, so that the
+# step's rounding (an ulp of θ) stays below the error it is held to.
+_RTOL_FLOOR = 1e-15
 _RATE_FLOOR = 1e-2  # times atol: rates of units on their surfaces that count as zero at a kink
 # A forced step whose error estimate is this many times the tolerance is rejected (_attempt):
 # 20-point Scale problem at rtol 1e-11, atol 1e-13, t ≈ 18.33, a forced step of one sliding

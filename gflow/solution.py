@@ -117,7 +117,8 @@ class Solution(eqx.Module):
             2 sliding), flat index order of :mod:`gflow.networks`, ``(P,)``; at any time
             in between: :meth:`modes_at`.
         stats: dict of solver statistics: ``num_accepted``, ``num_rejected``,
-            ``num_events``, ``num_iterations``.
+            ``num_events``, ``num_iterations``, ``tolerance_factor`` (the factor on
+            ``rtol`` and ``atol`` at the end: ``motion_tol`` of :func:`gflow.simulate`).
         initial_loss: the loss at ``t = 0`` (weight decay term included).
         energy: ``E(t) = ∫₀ᵗ ‖θ̇(s)‖² ds``, integrated alongside the flow (one more
             state entry, outside the step-size control). The exact flow has

@@ -39,6 +39,7 @@ def simulate(
     icoeff=0.4,
     events="stop",
     modes=None,
+    motion_tol=None,
     throw=True,
 ) -> Solution:
     """Integrate the gradient flow ``dθ/dt = −∇L(θ)`` of a bias-free ReLU network exactly.
@@ -109,6 +110,17 @@ def simulate(
             sliding unit whose control in this call's field lies outside [0, 1] (other
             data, loss or weight decay) leaves at ``t = 0`` (a SLIDE_END record), to the
             side its one-sided rates decide.
+        motion_tol: hold the local errors also to this fraction of the distance the
+            weights still have to go, for losses that fall by many orders. Near a minimum
+            of loss 0 that distance is about ``2L/‖θ̇‖`` (exact for a quadratic loss whose
+            Hessian is a multiple of the identity), and an error ``δ`` in the weights is an
+            error ``δ/(2L/‖θ̇‖)`` in the field, relative: tolerances fixed against the
+            weights' size stop resolving the flow, and a deep network's kink decisions,
+            once that distance is down to them. After every accepted step ``rtol`` and
+            ``atol`` are both multiplied by ``f = min(1, motion_tol·(2L/‖θ̇‖) / (atol +
+            rtol·‖θ‖_rms))``, never below ``f·rtol = 1e-15`` (a few ulps: float64's floor);
+            ``stats["tolerance_factor"]`` is ``f`` at the end. ``None`` (default): ``f =
+            1``. Costs one field evaluation per iteration; see *Choosing tolerances*.
         throw: raise ``RuntimeError`` when the status is not a success.
 
     Returns:
@@ -125,7 +137,7 @@ def simulate(
         [W[None] for W in params], X, Y, loss=loss, t1=t1, rtol=rtol, atol=atol, weight_decay=weight_decay,
         saveat=saveat, gtol=gtol, ltol=ltol, dtol=dtol, solver=solver, max_steps=max_steps, max_events=max_events,
         max_sliding=max_sliding, event_samples=event_samples, pcoeff=pcoeff, icoeff=icoeff, events=events,
-        modes=modes, lanes=1, devices=1,
+        modes=modes, motion_tol=motion_tol, lanes=1, devices=1,
         throw=False,
     )[0]  # fmt: skip
     if throw and not sol.status.success:
@@ -156,6 +168,7 @@ def simulate_batch(
     icoeff=0.4,
     events="stop",
     modes=None,
+    motion_tol=None,
     lanes=16,
     devices=None,
     throw=False,
@@ -215,6 +228,7 @@ def simulate_batch(
     if events not in ("stop", "through"):
         raise ValueError(f"events: expected 'stop' or 'through', got {events!r}")
     ltol_v = np.inf if ltol is None else _positive("ltol", ltol)
+    mtol_v = 1.0 if motion_tol is None else _positive("motion_tol", motion_tol)
     ts = np.zeros(0) if saveat is None else np.asarray(saveat, dtype=np.float64).reshape(-1)
     if ts.size and (not np.all(np.isfinite(ts)) or ts[0] < 0 or ts[-1] > t1 or np.any(np.diff(ts) <= 0)):
         raise ValueError(f"saveat: expected strictly increasing finite times in [0, t1={t1}], got {saveat!r}")
@@ -243,13 +257,14 @@ def simulate_batch(
         max_events=max_events, max_sliding=min(max_sliding, P),
         event_samples=max(_count("event_samples", event_samples), 1), n_save=len(ts),
         use_gtol=gtol is not None, use_ltol=ltol is not None, use_dtol=dtol is not None, through=events == "through",
+        follow=motion_tol is not None,
         pcoeff=float(pcoeff), icoeff=float(icoeff),
         lanes=_bucket(min(per, _count("lanes", lanes))),
     )  # fmt: skip
     max_steps = _count("max_steps", max_steps)
     rows = np.minimum(starts[:, None] + np.arange(per), B - 1)  # (D, per); past a share: padding
     y0, X, Y, wd, modes = (a[rows] for a in (ravel(params), X, Y, wd, modes))
-    scalars = (t1, rtol, atol, gtol_v, ltol_v, dtol_v, ts, max_steps)
+    scalars = (t1, rtol, atol, gtol_v, ltol_v, dtol_v, ts, max_steps, mtol_v)
     if D == 1:
         run, _ = compiled(cfg)
         with jax.default_device(devices[0]):
@@ -269,7 +284,7 @@ def simulate_batch(
 def _sharded(cfg, devices):
     """The batch integrator mapped over devices: one shard of trajectories per device."""
     run, _ = compiled(cfg)
-    return jax.pmap(run, in_axes=(0,) * 6 + (None,) * 8, devices=list(devices))
+    return jax.pmap(run, in_axes=(0,) * 6 + (None,) * 9, devices=list(devices))
 
 
 def _as_modes(modes, params, X, B, P, rtol, atol, max_sliding):
@@ -375,6 +390,7 @@ def _to_solution(out, loss, gnorm, params, ts, n, hidden):
             num_rejected=out["n_rej"],
             num_events=out["n_ev"],
             num_iterations=out["n_iter"],
+            tolerance_factor=out["tolf"],
         ),
         initial_loss=out["loss0"],
         energy=out["energy"],

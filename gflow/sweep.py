@@ -83,6 +83,7 @@ DEFAULTS = dict(
     loss="square",
     rtol=1e-8,
     atol=1e-10,
+    motion_tol=None,
     weight_decay=0.0,
     gtol=None,
     ltol=None,
@@ -122,6 +123,7 @@ def check_config(config: dict) -> dict:
     ``loss``          ``"square"``, ``"mse"``, ``"exponential"``, ``"logistic"``
     ``t1``            final time, > 0 (``"inf"`` with ``gtol``, ``ltol`` or ``dtol``)
     ``rtol, atol``    step-controller tolerances (defaults 1e-8, 1e-10)
+    ``motion_tol``    optional, as in :func:`gflow.simulate`
     ``weight_decay``  ``λ ≥ 0``
     ``gtol, ltol,     optional stopping criteria, as in :func:`gflow.simulate`
     dtol``
@@ -164,6 +166,7 @@ def check_config(config: dict) -> dict:
     if out["rtol"] >= 1:
         raise ValueError(f"rtol: expected a float in (0, 1), got {c['rtol']!r}")
     out["atol"] = _positive("atol", c["atol"])
+    out["motion_tol"] = _optional_positive("motion_tol", c["motion_tol"])
     out["weight_decay"] = _float("weight_decay", c["weight_decay"], ">= 0", lambda v: v >= 0)
     out.update(stops)
     out["events"] = _choice("events", c["events"], ["stop", "through"])
@@ -364,7 +367,7 @@ def _initial(cfg, indices):
 def _flow_options(cfg):
     kw = {k: cfg[k] for k in ("loss", "rtol", "atol", "weight_decay", "solver", "max_steps", "lanes")}
     kw["t1"] = float(cfg["t1"])
-    for key in ("gtol", "ltol", "dtol", "max_events", "max_sliding"):
+    for key in ("gtol", "ltol", "dtol", "motion_tol", "max_events", "max_sliding"):
         if cfg[key] is not None:  # passed only when set, so the engine's defaults apply otherwise
             kw[key] = cfg[key]
     if cfg["events"] != "stop":

@@ -53,6 +53,24 @@ def test_closed_form_s1_s2_limit(authors):
         assert max_diff(_member(sol.params, b), exact) <= 1e-9
 
 
+@pytest.mark.quick
+def test_motion_tol_resolves_a_vanishing_loss_relative_to_the_motion_left():
+    """One unit, one point, balanced start ``w = v = a``: ``u = vw`` follows the logistic
+    ``u̇ = −2u(u − y)``, so ``e = u − y = −y·q/(1 + q)``, ``q = (y/a² − 1)·e^{−2yt}``. By
+    ``t = 7`` the error ``e`` is 1e-11, below what ``rtol``/``atol`` fixed against the
+    weights resolve (without ``motion_tol`` it comes out 51% off); with it, ``e`` keeps its
+    relative accuracy down to the round-off of ``vw − y`` (a few ulps of ``y``)."""
+    y, a = 2.0, 0.5
+    ts = np.linspace(0.0, 7.0, 8)
+    q = (y / a**2 - 1.0) * np.exp(-2.0 * y * ts)
+    exact = -y * q / (1.0 + q)
+    sol = gflow.simulate([np.array([[a]]), np.array([[a]])], np.array([[1.0]]), np.array([[y]]), t1=7.0, saveat=ts,
+                         motion_tol=1e-6)  # fmt: skip
+    e = np.array([W[0, 0] * V[0, 0] for W, V in zip(sol.ys[0], sol.ys[1])]) - y
+    assert np.all(np.abs(e - exact) <= 1e-4 * np.abs(exact) + 8 * np.finfo(float).eps * y)
+    assert float(sol.stats["tolerance_factor"]) < 1e-3  # the tolerances followed the motion down
+
+
 # ---- SciPy cross-check ---------------------------------------------------------------------
 def _random_problem(seed, widths, n):
     rng = np.random.default_rng(seed)

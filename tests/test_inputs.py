@@ -33,6 +33,7 @@ P = [np.array([[0.5, 0.1], [-0.2, 0.4]]), np.array([[0.3, 0.0], [0.1, 0.2]])]
         (dict(atol=-1e-9), r"atol: expected a finite positive float"),
         (dict(atol=np.nan), r"atol: expected a finite positive float"),
         (dict(weight_decay=-0.1), r"weight_decay: expected a finite float >= 0"),
+        (dict(motion_tol=0.0), r"motion_tol: expected a finite positive float"),
         (dict(loss="hinge"), r"loss: expected one of"),
         (dict(solver="euler"), r"solver: expected one of"),
         (dict(saveat=[0.0, 2.0, 1.0]), r"saveat: expected strictly increasing"),

@@ -264,6 +264,7 @@ def test_cli_sweep(small, tmp_path):
         (dict(chunk=True), "chunk: expected an integer"),
         (dict(seed=-1), "seed: expected an integer >= 0"),
         (dict(rtol=1.0), r"rtol: expected a float in \(0, 1\)"),
+        (dict(motion_tol=0.0), "motion_tol: expected a finite float > 0"),
         (dict(weight_decay=-0.1), "weight_decay: expected a finite float >= 0"),
         (dict(loss="hinge"), "loss: expected one of"),
         (dict(solver="euler"), "solver: expected one of"),
