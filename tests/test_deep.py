@@ -213,6 +213,30 @@ def test_through_kinks_against_scipy():
     assert len(problems) >= 3 and crossings >= 5
 
 
+def test_motion_tol_follows_gradient_descent_into_the_interpolating_tail():
+    """The depth-3 example of docs/deep.md (widths 3-4-4-1, 5 unit inputs) to ``t = 35``,
+    where the loss is 1e-19, 19 orders below its start: gflow with ``motion_tol`` against
+    gradient descent's first-order extrapolation ``2·L_GD(η/2) − L_GD(η)`` (``η = 1e-3``;
+    0.1% and 0.2% apart at ``t = 30`` and 35). At the default tolerances alone the loss at
+    ``t = 35`` came out 6.7e-19, six times GD's."""
+    from gflow.reference import gradient_descent, loss_value
+
+    X = jax.random.normal(jax.random.PRNGKey(0), (5, 3))
+    X = np.asarray(X / jax.numpy.linalg.norm(X, axis=1, keepdims=True))
+    Y = np.asarray(jax.numpy.abs(jax.random.normal(jax.random.PRNGKey(1), (5, 1))) + 0.5)
+    params = [np.asarray(W) for W in gflow.init_params(jax.random.PRNGKey(2), (3, 4, 4, 1))]
+    ts = np.array([0.0, 30.0, 35.0])
+    sol = gflow.simulate(params, X, Y, t1=35.0, max_sliding=8, saveat=ts, motion_tol=1e-4)
+    assert sol.status == Status.REACHED_T1
+    assert_energy_identity(sol, params, X, Y)
+    assert_modes_on_their_sides(sol, X)
+    for i in (1, 2):
+        flow = loss_value([W[i] for W in sol.ys], X, Y)
+        coarse, fine = (loss_value(gradient_descent(params, X, Y, lr=lr, steps=round(ts[i] / lr)), X, Y)
+                        for lr in (1e-3, 5e-4))  # fmt: skip
+        assert abs(flow - (2 * fine - coarse)) <= 1e-2 * flow, (ts[i], flow, coarse, fine)
+
+
 def test_bad_new_options():
     params, X, Y = _problem(0, (3, 3, 1), 4)
     with pytest.raises(ValueError, match="events"):
