@@ -155,6 +155,7 @@ def test_sweep_result_is_the_batch_result(small, authors):
         np.testing.assert_array_equal(a[f"params_{layer}"][sl], sol.params[layer])
     np.testing.assert_array_equal(a["loss"][sl], sol.loss)
     np.testing.assert_array_equal(a["num_events"][sl], sol.stats["num_events"])
+    np.testing.assert_array_equal(a["tolerance_factor"][sl], sol.stats["tolerance_factor"], strict=True)
     np.testing.assert_array_equal(a["n_slide_start"][sl], np.sum(sol.crossings.kind == gflow.Kind.SLIDE_START, 1))
     record = small["record"]
     assert record["seed"] == 3 and record["versions"]["gflow"] == gflow.__version__
