@@ -666,7 +666,8 @@ class _Program:
 
         def floor(y, mode, control, data, f):
             p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
-            band = 0.5 * _noise(p, f * c.rtol, f * c.atol)
+            member = self._member_call(c, f)
+            band = 0.5 * _noise(p, member.rtol, member.atol)
             return band, jnp.any((mode == ev.SLIDING) & (jnp.abs(p) > band))
 
         def moved():
@@ -682,9 +683,9 @@ class _Program:
         :meth:`gflow.events.System.handle`); ``initial`` at ``t = 0``, where the units given
         as sliding are decided with those on their surfaces."""
         if self.deep:
-            rtol, atol = tolf * c.rtol, tolf * c.atol
-            rate_floor = _RATE_FLOOR * atol
-            return kinks.resolve(self.system, y, data, mode, control, pending, initial, rtol, atol, rate_floor)
+            c = self._member_call(c, tolf)
+            rate_floor = _RATE_FLOOR * c.atol
+            return kinks.resolve(self.system, y, data, mode, control, pending, initial, c.rtol, c.atol, rate_floor)
         return self.system.handle(y, data, mode, control, pending, initial=initial)
 
     def _advance(self, c, s, o, kinks, t_e, new_pending, has_event, accept, forced_done, n_sliding, chord):
