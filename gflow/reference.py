@@ -33,6 +33,103 @@ Conventions (as in the rest of gflow):
   the row of that matrix, `point` the row of `X`. A crossing's `direction` is `+1` when
   the pre-activation becomes active (goes from `≤ 0` to `> 0`) and `−1` when it becomes
   inactive.
+
+**The Filippov flow.** How [`filippov_flow`][] integrates through the points where units
+sit on their kinks, in three parts: the field, the tests that decide which units slide
+and which leave to which side, and the events.
+
+*The field.* Let `K` be the set of pre-activations that sit on their surfaces `p_j = 0`,
+and every other one active or inactive by its sign (the *pattern*). Write `g(c)`,
+`c ∈ [0,1]^K`, for the loss gradient computed by backpropagation with the ReLU slope of
+unit `j ∈ K` set to `c_j` (`σ(0) = 0` in the forward pass, so the outputs do not depend
+on `c`). A gradient of layer `l` is `δ_l^T h_{l−1}` with `δ_{l−1} = (δ_l W_l) ⊙ c_{l−1}`:
+every product in it holds at most one slope of each unit, so `g` is multi-affine in `c`,
+and
+
+    D(θ) = conv{ g(c) : c ∈ [0,1]^K } = conv{ g(v) : v ∈ {0,1}^K }
+
+is a conservative field of the loss (Bolte–Pauwels 2021: backpropagation with
+slopes in `[0,1]` at the kinks). Along any absolutely continuous curve,
+`dL/dt = ⟨d, θ̇⟩` for every `d ∈ D(θ)` and almost every `t`; a solution of the
+differential inclusion `θ̇ ∈ −D(θ)`, `θ̇ = −u`, thus has `⟨d, u⟩ = ‖u‖²` for all
+`d ∈ D(θ)` (take `d = u`), hence `‖d‖ ≥ ‖u‖`: `u` is the **minimum-norm element of
+D(θ)**, and
+
+    θ̇ = −u,    u = argmin{ ‖d‖ : d ∈ conv{ g(v) : v ∈ {0,1}^K } },
+    L(θ(0)) − L(θ(t)) = ∫₀ᵗ ‖θ̇(s)‖² ds.
+
+`u` is computed at every field evaluation from the `2^|K|` vertex gradients by
+Wolfe's algorithm ([`_min_norm_point`][], weights `λ_v`, equivalent slopes
+`c = Σ_v λ_v v`). With `K = ∅` it is the plain gradient. The energy integral is one
+more ODE state, `Ė = ‖u‖²`, so the identity above is a check of the whole run.
+
+*Sliding and leaving.* For a unit `j ∈ K` at point `x_i` the rate `ṗ_j(−d)` of `p_j`
+under a field `−d` is the forward-mode derivative of `p_j` along `−d`. In depth 2,
+`g(c) = g_0 + Σ_j c_j δ_j ∇p_j` (`δ_j` the backpropagated signal at `j`), so `‖g(c)‖²` is
+a convex quadratic `q(c)` with `½ ∂q/∂c_j = −δ_j ṗ_j(−g(c))`: at an interior minimiser
+every sliding rate is zero, and the field is tangent to the surfaces. Unit `j`'s
+*one-sided tests* are
+
+    s_j^± = ṗ_j(−u_j^±),   u_j^± = min-norm point of conv{ g(v) : v_j = 1 (+), 0 (−) },
+
+its rate under the flow's field when its own slope is pinned to 1 (active side) or
+0 (inactive side) and the other units of `K` still slide. With `φ_j(s) = min q(s, ·)`
+over the other slopes (convex, `φ_j'(s) = −2δ_j ṗ_j`), the minimiser of `q` has
+`c_j < 1` iff `φ_j'(1) > 0`, i.e. iff `s_j^+ < 0` when `δ_j > 0` — the sliding
+condition `s_j^+ < 0 < s_j^−` (both sides push into the surface) is exactly the
+condition that unit `j`'s min-norm slope is interior. In deeper nets `g` is
+multi-affine rather than affine (a unit's rate then depends on the slopes of the
+sliding units below it at the same point, taken as the equivalent slopes of the
+min-norm weights); the same tests are used, as a rule rather than a theorem, and the
+energy identity and `drift` tell whether the result was a solution. A unit decides:
+
+- `s^− > 0 > s^+`: slides (in `K`);
+- `s^+ > 0` and `s^− ≥ 0` (or `s^+ = 0 < s^−`): goes to (or crosses into) the active side;
+- `s^− < 0` and `s^+ ≤ 0` (or `s^− = 0 > s^+`): goes to the inactive side;
+- otherwise (repelling `s^+ > 0 > s^−`, or both zero: a unit cut off from the
+  data by the layer below): keeps its side.
+
+So a unit parked on its surface with zero rate on its side (it crossed into a side
+where nothing moves it) leaves at the first event after which the other side's
+field pushes it off, rather than when round-off lets its `p` change sign.
+
+A rate counts as zero within `1e-10` of the largest rate in play.
+
+*Events.* Between events `K` and the pattern are fixed and `DOP853` integrates `(θ, E)` at
+`rtol`/`atol`. Sliding units are not projected: their `p_j` stay at 0 because the field is
+tangent, to the tolerances (`drift` reports how well). The min-norm field has a kink where
+a slope reaches 0 or 1 (a leaving time), which the step-size control resolves like any
+loss of smoothness; the solver stops there anyway. Terminal events:
+
+- `p_j` of a unit outside `K` reaches its surface from its side (as in
+  [`scipy_flow`][]);
+- `s_j^+` of a sliding unit rises through 0 (it leaves to the active side: its
+  min-norm slope reaches 1), or `s_j^−` falls through 0 (it leaves to the inactive
+  side: slope 0).
+
+SciPy looks for sign changes of the event functions at the ends of its steps only,
+so a unit that crosses at an event and comes back within the next step would be
+missed (depth 4, teacher seed 149 of `benchmarks/filippov`: a unit crossed to its
+active side at `t = 0.6516`, its `p` rose to 8e-9 and fell back through 0 at
+`0.6524`, inside SciPy's first step, and the run went on with the unit active at
+`p = −5e-6`). After a crossing the integration therefore starts with a step of
+`_FIRST_STEP·max(1, t)`, from which DOP853 grows its steps by at most 10× each, so
+that step ends fall inside any such excursion longer than about ten times that step.
+(Starting every integration so, after sliding events too, made two of
+`benchmarks/filippov`'s problems chatter: more than 10,000 events.)
+
+At an event, the unit whose test fired goes to its side, and every other unit of
+`K`, the unit that arrived, and every unit within round-off (`16·ε·max(1, max|p|)`)
+of its surface or past it becomes a candidate for `K`. The candidates are
+decided by the tests above computed with all of them in `K`; the units that do not
+slide are removed (those that keep their side at once, then the one whose test is
+the clearest, one at a time, the tests recomputed after each) until every remaining
+candidate slides. A unit that arrives at its surface therefore crosses when its new
+side's field carries it on and slides otherwise, as in [`scipy_flow`][]. Events are
+recorded by comparing `K` and the pattern before and after.
+
+A first-layer neuron inactive on every point is frozen (it gets no gradient from the
+loss); its pre-activations are not watched.
 """
 
 from __future__ import annotations
@@ -74,7 +171,7 @@ _MARGIN_LOSSES = ("exponential", "logistic")
 # zero and does not move (a frozen neuron); far below any real pre-activation.
 _TINY = np.finfo(np.float64).tiny
 
-# First step after a crossing, relative to max(1, t) (filippov_flow, "Events").
+# First step after a crossing, relative to max(1, t) (module docstring, "Events").
 _FIRST_STEP = 1e-6
 
 # Largest n·d_l·d_{l-1} for which a layer is computed by broadcast-and-sum in JAX
@@ -411,6 +508,123 @@ def _flat_entries(arrays):
     return np.concatenate([a.T.ravel() for a in arrays])
 
 
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    """What an event-driven reference flow integrates: the shapes, the data and the loss."""
+
+    layout: _Layout
+    X: np.ndarray
+    Y: np.ndarray
+    loss: str
+    weight_decay: float
+
+    @classmethod
+    def of(cls, params, X, Y, loss, weight_decay):
+        return cls(_Layout([W.shape for W in params], X.shape[0]), X, Y, loss, weight_decay)
+
+    @property
+    def n_entries(self):
+        return int(self.layout.entry_offsets[-1])
+
+    def preacts(self, theta):
+        """Every hidden pre-activation at the flat weights `theta`, flat (layer, neuron, point)."""
+        return _flat_entries(_forward(self.layout.unflatten(theta), self.X)[0])
+
+    def loss_of(self, ps):
+        """`L(θ)` at the weight matrices `ps`, weight decay included."""
+        reg = 0.5 * self.weight_decay * sum(float(np.sum(W**2)) for W in ps)
+        return _loss_of_output(_forward(ps, self.X)[2], self.Y, self.loss) + reg
+
+    def frozen(self, pattern, K=()):
+        """Entries of first-layer neurons inactive on every point and none of them in `K`:
+        they get no gradient from the loss, so their signs never change (not watched)."""
+        o, dead = self.layout.entry_offsets, np.zeros(self.n_entries, dtype=bool)
+        if self.layout.hidden:
+            live = pattern.copy()
+            live[np.asarray(K, dtype=int)] = True
+            first = live[: o[1]].reshape(self.layout.hidden[0], self.layout.n)
+            dead[: o[1]] = np.repeat(~first.any(axis=1), self.layout.n)
+        return dead
+
+    def field(self, theta, masks):
+        """`−∇L` at the flat weights `theta` with the hidden units' slopes `masks`, flat."""
+        ps = self.layout.unflatten(theta)
+        _, H, F, _ = _forward(ps, self.X, masks)
+        grads = _backward(ps, H, masks, _output_gradient(F, self.Y, self.loss), self.weight_decay)
+        return -np.concatenate([g.ravel() for g in grads])
+
+    def pattern_rates(self, theta, pattern):
+        """`ṗ` of every entry under the field of the activation pattern `pattern`, flat."""
+        masks = self.layout.masks(pattern)
+        velocity = self.layout.unflatten(self.field(theta, masks))
+        return _flat_entries(_preactivation_velocity(self.layout.unflatten(theta), self.X, masks, velocity))
+
+
+def _decide_kink(prob, theta, pattern, index):
+    """[`scipy_flow`][]'s verdict on entry `index` at its surface: `("cross", flipped
+    pattern)`, `("slide", pattern)` or `("graze", pattern)`."""
+    flipped = pattern.copy()
+    flipped[index] = ~pattern[index]
+    old_side = 1.0 if pattern[index] else -1.0
+    f_old = prob.pattern_rates(theta, pattern)[index]
+    f_new = prob.pattern_rates(theta, flipped)[index]
+    # A rate within round-off of zero is zero: e.g. a unit that, once inactive,
+    # disconnects its point entirely has f_new = 0 exactly, computed as ±1e-17.
+    if abs(f_new) <= 1e-10 * (abs(f_old) + abs(f_new)):
+        f_new = 0.0
+    if old_side * f_new < 0 or (f_new == 0 and old_side * f_old < 0):
+        return "cross", flipped
+    if old_side * f_new > 0 and old_side * f_old < 0:
+        return "slide", pattern
+    return "graze", pattern
+
+
+def _same_instant(prob, theta, pattern):
+    """Entries that reached their surfaces at the instant of the last event: on the far
+    side of it or on it to round-off, and moving away from their pattern. (SciPy reports
+    only the earliest terminal event: a unit whose point is cut in the layer below can
+    fire first, with zero rates, while the unit below that reopens the point sits at
+    `p ≈ −1e-16`.)"""
+    side = np.where(pattern, 1.0, -1.0)
+    p = prob.preacts(theta)
+    velocity = prob.pattern_rates(theta, pattern)
+    moving = np.abs(velocity) > 1e-10 * np.max(np.abs(velocity), initial=0.0)
+    at = side * p <= 1e-13 * np.max(np.abs(p), initial=1.0)
+    return [int(i) for i in np.flatnonzero(at & (side * velocity < 0) & moving)]
+
+
+def _scipy_segment(prob, theta, t, t1, pattern, rtol, atol):
+    """One `solve_ivp` call from `t` with the pattern fixed, stopped by the first entry to
+    reach its surface. Returns `(sol, watched)`: event function `k` watches entry `watched[k]`."""
+    cache = {"t": None, "y": None, "p": None}
+
+    def preacts_cached(s, y):
+        if cache["t"] != s or not np.array_equal(cache["y"], y):
+            cache["t"], cache["y"], cache["p"] = s, y.copy(), prob.preacts(y)
+        return cache["p"]
+
+    def make_event(index, side):
+        def event(s, y):
+            return preacts_cached(s, y)[index] + side * _TINY
+
+        event.terminal = True
+        event.direction = -side
+        return event
+
+    watched = np.flatnonzero(~prob.frozen(pattern))
+    masks = prob.layout.masks(pattern)
+    sol = scipy.integrate.solve_ivp(
+        lambda s, y: prob.field(y, masks),
+        (t, t1),
+        theta,
+        method="DOP853",
+        rtol=rtol,
+        atol=atol,
+        events=[make_event(i, 1.0 if pattern[i] else -1.0) for i in watched] or None,
+    )
+    return sol, watched
+
+
 def scipy_flow(
     params,
     X,
@@ -462,92 +676,20 @@ def scipy_flow(
     params, X, Y, t1, weight_decay, rtol, atol, max_events = _check_flow_args(
         params, X, Y, loss, t1, weight_decay, rtol, atol, max_events
     )
-
-    layout = _Layout([W.shape for W in params], X.shape[0])
-    n_entries = int(layout.entry_offsets[-1])
-
-    def field(theta, masks):
-        ps = layout.unflatten(theta)
-        _, H, F, _ = _forward(ps, X, masks)
-        grads = _backward(ps, H, masks, _output_gradient(F, Y, loss), weight_decay)
-        return -np.concatenate([g.ravel() for g in grads])
-
-    def preacts(theta):
-        return _flat_entries(_forward(layout.unflatten(theta), X)[0])
-
-    def preact_velocity(theta, pattern):
-        masks = layout.masks(pattern)
-        velocity = layout.unflatten(field(theta, masks))
-        return _flat_entries(_preactivation_velocity(layout.unflatten(theta), X, masks, velocity))
-
+    prob = _Problem.of(params, X, Y, loss, weight_decay)
     theta = np.concatenate([W.ravel() for W in params])
-    pattern = preacts(theta) > 0
-    t = 0.0
-    crossings = []
-    nfev = 0
-    n_events = 0
-    slid = False
-
-    def decide(theta, pattern, index):
-        """Classify the kink of entry `index`: "cross", "slide" or "graze"."""
-        flipped = pattern.copy()
-        flipped[index] = ~pattern[index]
-        old_side = 1.0 if pattern[index] else -1.0
-        f_old = preact_velocity(theta, pattern)[index]
-        f_new = preact_velocity(theta, flipped)[index]
-        # A rate within round-off of zero is zero: e.g. a unit that, once inactive,
-        # disconnects its point entirely has f_new = 0 exactly, computed as ±1e-17.
-        if abs(f_new) <= 1e-10 * (abs(f_old) + abs(f_new)):
-            f_new = 0.0
-        if old_side * f_new < 0 or (f_new == 0 and old_side * f_old < 0):
-            return "cross", flipped
-        if old_side * f_new > 0 and old_side * f_old < 0:
-            return "slide", pattern
-        return "graze", pattern
-
-    while t < t1:
-        masks = layout.masks(pattern)
-        cache = {"t": None, "y": None, "p": None}
-
-        def preacts_cached(s, y, cache=cache):
-            if cache["t"] != s or not np.array_equal(cache["y"], y):
-                cache["t"], cache["y"], cache["p"] = s, y.copy(), preacts(y)
-            return cache["p"]
-
-        def make_event(index, side):
-            def event(s, y):
-                return preacts_cached(s, y)[index] + side * _TINY
-
-            event.terminal = True
-            event.direction = -side
-            return event
-
-        # Skip first-layer neurons inactive on every point: their signs are fixed.
-        dead = np.zeros(n_entries, dtype=bool)
-        if layout.hidden:
-            first = pattern[: layout.entry_offsets[1]].reshape(layout.hidden[0], -1)
-            dead[: layout.entry_offsets[1]] = np.repeat(~first.any(axis=1), layout.n)
-        watched = np.flatnonzero(~dead)
-        events = [make_event(i, 1.0 if pattern[i] else -1.0) for i in watched]
-        sol = scipy.integrate.solve_ivp(
-            lambda s, y, masks=masks: field(y, masks),
-            (t, t1),
-            theta,
-            method="DOP853",
-            rtol=rtol,
-            atol=atol,
-            events=events or None,
-        )
+    pattern = prob.preacts(theta) > 0
+    t, crossings, nfev, n_events, slid = 0.0, [], 0, 0, False
+    while t < t1 and not slid:
+        sol, watched = _scipy_segment(prob, theta, t, t1, pattern, rtol, atol)
         nfev += int(sol.nfev)
         if sol.status == -1:
             raise RuntimeError(f"scipy_flow: solve_ivp failed at t={t}: {sol.message}")
         if sol.status == 0:
             theta, t = sol.y[:, -1], float(sol.t[-1])
             break
-
         # Terminal event: take the earliest root, whatever order SciPy lists them in.
-        fired = [(te[0], k) for k, te in enumerate(sol.t_events) if len(te)]
-        t_event, k = min(fired)
+        t_event, k = min((te[0], k) for k, te in enumerate(sol.t_events) if len(te))
         theta, t = np.array(sol.y_events[k][0]), float(t_event)
         pending = [int(watched[k])]
         while pending:
@@ -555,31 +697,15 @@ def scipy_flow(
             n_events += 1
             if n_events > max_events:
                 raise RuntimeError(f"scipy_flow: more than max_events={max_events} kinks before t={t} (t1={t1}).")
-            verdict, pattern = decide(theta, pattern, index)
+            verdict, pattern = _decide_kink(prob, theta, pattern, index)
             if verdict == "slide":
                 slid = True
                 break
             if verdict == "cross":
-                direction = 1 if pattern[index] else -1
-                crossings.append((t, *layout.entry(index), direction))
+                crossings.append((t, *prob.layout.entry(index), 1 if pattern[index] else -1))
             if not pending:
-                # Pre-activations that reached zero in the same instant: on the far side
-                # of their surface or on it to round-off, and moving away from their
-                # pattern. (SciPy reports only the earliest terminal event: a unit whose
-                # point is cut in the layer below can fire first, with zero rates, while
-                # the unit below that reopens the point sits at p ≈ −1e-16.)
-                side = np.where(pattern, 1.0, -1.0)
-                p = preacts(theta)
-                velocity = preact_velocity(theta, pattern)
-                moving = np.abs(velocity) > 1e-10 * np.max(np.abs(velocity), initial=0.0)
-                at = side * p <= 1e-13 * np.max(np.abs(p), initial=1.0)
-                late = at & (side * velocity < 0) & moving
-                pending = [int(i) for i in np.flatnonzero(late)]
-        if slid:
-            break
-
-    final = [np.array(W) for W in layout.unflatten(theta)]
-    return ReferenceResult(final, t, crossings, slid, nfev)
+                pending = _same_instant(prob, theta, pattern)
+    return ReferenceResult([np.array(W) for W in prob.layout.unflatten(theta)], t, crossings, slid, nfev)
 
 
 # --------------------------------------------------------------------------------------
@@ -773,6 +899,217 @@ class FilippovResult:
         return abs(drop - self.energy) / scale
 
 
+def _field_parts(prob, theta, pattern, K):
+    """Weights, forward masks, vertex slopes `(V, |K|)` and vertex gradients `(V, |θ|)` of
+    the `V = 2^|K|` slope patterns of the units `K` (the others by `pattern`)."""
+    layout = prob.layout
+    ps = layout.unflatten(theta)
+    base = pattern.astype(np.float64)
+    base[K] = 0.0
+    hmasks = _entries_to_layers(layout, base)
+    _, H, F = _surface_forward(ps, prob.X, hmasks)
+    bits = ((np.arange(2 ** len(K))[:, None] >> np.arange(len(K))) & 1).astype(np.float64)
+    slopes = np.tile(base, (len(bits), 1))
+    slopes[:, K] = bits
+    G = _output_gradient(F, prob.Y, prob.loss)
+    grads = _vertex_gradients(ps, H, _entries_to_layers(layout, slopes), G, prob.weight_decay)
+    return ps, hmasks, bits, grads
+
+
+def _sliding_rates(prob, ps, hmasks, pattern, K, velocities, controls):
+    """`ṗ` of every entry `(B, P)` under `B` velocities with the slopes `controls` on `K`."""
+    slopes = np.tile(pattern.astype(np.float64), (len(velocities), 1))
+    slopes[:, K] = controls
+    o = prob.layout.param_offsets
+    vel = [velocities[:, o[i] : o[i + 1]].reshape(len(velocities), *W.shape) for i, W in enumerate(ps)]
+    gmasks = _entries_to_layers(prob.layout, slopes)
+    return _layers_to_entries(_tangent_preactivations(ps, prob.X, hmasks, gmasks, vel))
+
+
+def _one_sided_tests(prob, theta, pattern, K):
+    """`(s⁺, s⁻, scale)`: the one-sided tests of every unit of `K` (module docstring,
+    "Sliding and leaving") and the largest rate met."""
+    ps, hmasks, bits, grads = _field_parts(prob, theta, pattern, K)
+    velocities, controls = [], []
+    for a in range(len(K)):
+        for bit in (1.0, 0.0):
+            idx = np.flatnonzero(bits[:, a] == bit)
+            u, lam = _min_norm_point(grads[idx])
+            velocities.append(-u)
+            controls.append(lam @ bits[idx])
+    r = _sliding_rates(prob, ps, hmasks, pattern, K, np.array(velocities), np.array(controls))
+    pos = np.arange(len(K))
+    return r[2 * pos, K], r[2 * pos + 1, K], float(np.max(np.abs(r), initial=0.0))
+
+
+def _cut_off(prob, theta, pattern, candidates, j):
+    """Whether unit `j` (of layer >= 1) gets exactly zero input at its point and no
+    candidate below it at that point can change that: `p_j ≡ 0` with zero gradient, so
+    its slope changes nothing and it keeps its side."""
+    layer, _, point = prob.layout.entry(j)
+    if layer == 0:
+        return False
+    base = pattern.astype(np.float64)
+    base[candidates] = 0.0
+    H = _surface_forward(prob.layout.unflatten(theta), prob.X, _entries_to_layers(prob.layout, base))[1]
+    if np.any(H[layer][point] != 0):
+        return False
+    o, n = prob.layout.entry_offsets, prob.layout.n
+    below = np.arange(o[layer - 1] + point, o[layer], n)  # layer - 1's units at this point
+    return not any(k in candidates and not _cut_off(prob, theta, pattern, candidates, k) for k in below)
+
+
+def _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t):
+    """The new `(pattern, K)` at a state on some surfaces (module docstring, "Events"):
+    the units `forced` (`{j: side}`) go to their sides, and the units of `K`, those that
+    `arrived` and those within round-off of their surfaces are decided by the one-sided
+    tests until every unit left in `K` slides."""
+    pattern = pattern.copy()
+    for j, side in forced.items():
+        pattern[j] = side > 0
+    p = prob.preacts(theta)
+    band = 16 * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(p), initial=0.0)))
+    side = np.where(pattern, 1.0, -1.0)
+    near = np.flatnonzero(~prob.frozen(pattern, K) & (side * p <= band))
+    slide = sorted((set(K) | set(arrived) | {int(j) for j in near}) - set(forced))
+    slide = [j for j in slide if not _cut_off(prob, theta, pattern, slide, j)]
+    for _ in range(2 * len(slide) + 2):
+        if not slide:
+            break
+        if len(slide) > max_sliding:
+            raise RuntimeError(
+                f"filippov_flow: {len(slide)} units on their surfaces at once at t={t}, more than "
+                f"max_sliding={max_sliding}."
+            )
+        sp, sm, scale = _one_sided_tests(prob, theta, pattern, np.array(slide))
+        zero = 1e-10 * max(scale, _TINY)
+        zp = np.where(np.abs(sp) <= zero, 0, np.sign(sp))
+        zm = np.where(np.abs(sm) <= zero, 0, np.sign(sm))
+        slides = (zm > 0) & (zp < 0)
+        if slides.all():
+            break
+        active = ((zp > 0) & (zm >= 0)) | ((zp == 0) & (zm > 0))
+        inactive = ((zm < 0) & (zp <= 0)) | ((zm == 0) & (zp < 0))
+        keep = ~(slides | active | inactive)
+        if keep.any():
+            slide = [j for j, k in zip(slide, keep, strict=True) if not k]
+            continue
+        margin = np.where(active, np.abs(sp), np.abs(sm))
+        margin[slides] = -1.0
+        a = int(np.argmax(margin))
+        pattern[slide[a]] = bool(active[a])
+        del slide[a]
+    else:
+        raise RuntimeError(f"filippov_flow: the sliding set did not settle at t={t}.")
+    return pattern, slide
+
+
+def _changes(prob, t, pattern0, K0, pattern, K):
+    """The [`FilippovEvent`][]s at `t` that take `(pattern0, K0)` to `(pattern, K)`."""
+    K0, K = set(K0), set(K)
+    out = []
+    for j in sorted(K0 | K | set(np.flatnonzero(pattern0 != pattern))):
+        side = 1 if pattern[j] else -1
+        if j in K and j not in K0:
+            kind, side = "slide_start", 0
+        elif j in K0 and j not in K:
+            kind = "slide_end"
+        elif j not in K and pattern0[j] != pattern[j]:
+            kind = "cross"
+        else:
+            continue
+        out.append(FilippovEvent(t, *prob.layout.entry(j), kind, side))
+    return out
+
+
+def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_step):
+    """One `solve_ivp` call of `(θ, E)` from `t` with `K` and the pattern fixed, stopped by
+    the first event (module docstring, "Events"). Returns `(sol, owners, drift_log)`:
+    `owners[k]` names event function `k` (`("p", j, 0)`: unit `j` reaches its surface;
+    `("s", j, ±1)`: sliding unit `j` leaves to that side), `drift_log` the `(s, max_K |p|)`
+    met at the event functions' evaluations."""
+    K_arr = np.array(K, dtype=int)
+    rhs_cache, event_cache, drift_log = {}, {}, []
+
+    def rhs(s, y):
+        key = y.tobytes()
+        if key not in rhs_cache:
+            rhs_cache.clear()
+            grads = _field_parts(prob, y[:-1], pattern, K_arr)[3]
+            u = _min_norm_point(grads)[0] if len(K_arr) else grads[0]
+            rhs_cache[key] = np.concatenate([-u, [u @ u]])
+        return rhs_cache[key]
+
+    def event_values(s, y):
+        key = y.tobytes()
+        if key not in event_cache:
+            event_cache.clear()
+            p = prob.preacts(y[:-1])
+            if len(K_arr):
+                drift_log.append((s, float(np.max(np.abs(p[K_arr])))))
+                sp, sm, _ = _one_sided_tests(prob, y[:-1], pattern, K_arr)
+            else:
+                sp = sm = np.zeros(0)
+            event_cache[key] = (p, sp, sm)
+        return event_cache[key]
+
+    def make_event(value, direction):
+        def event(s, y):
+            return value(*event_values(s, y))
+
+        event.terminal = True
+        event.direction = direction
+        return event
+
+    watched = np.flatnonzero(~prob.frozen(pattern, K_arr) & ~np.isin(np.arange(prob.n_entries), K_arr))
+    fns, owners = [], []
+    # A unit that starts a little past its surface (within round-off, left on its side
+    # by the last event) fires once it is past by twice that: with the offset TINY
+    # alone its event function would start on the far side of 0 and never change sign.
+    p_start = prob.preacts(theta)
+    for j in watched:
+        side = 1.0 if pattern[j] else -1.0
+        offset = max(_TINY, -2.0 * side * p_start[j])
+        fns.append(make_event(lambda p, sp, sm, j=j, side=side, offset=offset: p[j] + side * offset, -side))
+        owners.append(("p", int(j), 0))
+    for a, j in enumerate(K):
+        fns.append(make_event(lambda p, sp, sm, a=a: sp[a], 1.0))
+        owners.append(("s", int(j), 1))
+        fns.append(make_event(lambda p, sp, sm, a=a: sm[a], -1.0))
+        owners.append(("s", int(j), -1))
+    sol = scipy.integrate.solve_ivp(
+        rhs,
+        (t, t1),
+        np.concatenate([theta, [energy]]),
+        method="DOP853",
+        rtol=rtol,
+        atol=atol,
+        events=fns or None,
+        dense_output=True,
+        first_step=first_step,
+    )
+    return sol, owners, drift_log
+
+
+def _check_t_eval(t_eval, t1):
+    """Save times: a 1-D nondecreasing array in `[0, t1]` (empty for `None`)."""
+    if t_eval is None:
+        return np.zeros(0)
+    t_eval = np.array(t_eval, dtype=np.float64)
+    if (
+        t_eval.ndim != 1
+        or not np.all(np.isfinite(t_eval))
+        or np.any(np.diff(t_eval) < 0)
+        or np.any(t_eval < 0)
+        or np.any(t_eval > t1)
+    ):
+        raise ValueError(
+            f"`t_eval` must be a 1-D nondecreasing array of times in [0, t1={t1}]; "
+            f"got {t_eval if t_eval.size <= 8 else f'shape {t_eval.shape}'}."
+        )
+    return t_eval
+
+
 def filippov_flow(
     params,
     X,
@@ -790,99 +1127,11 @@ def filippov_flow(
     """Integrate the Filippov gradient flow of a ReLU network of any depth, sliding
     included, with SciPy's `DOP853`, a NumPy backward pass and Wolfe's min-norm point.
 
-    **The field.** Let `K` be the set of pre-activations that sit on their surfaces
-    `p_j = 0`, and every other one active or inactive by its sign (the *pattern*). Write
-    `g(c)`, `c ∈ [0,1]^K`, for the loss gradient computed by backpropagation with the
-    ReLU slope of unit `j ∈ K` set to `c_j` (`σ(0) = 0` in the forward pass, so the
-    outputs do not depend on `c`). A gradient of layer `l` is `δ_l^T h_{l−1}` with
-    `δ_{l−1} = (δ_l W_l) ⊙ c_{l−1}`: every product in it holds at most one slope of each
-    unit, so `g` is multi-affine in `c`, and
-
-        D(θ) = conv{ g(c) : c ∈ [0,1]^K } = conv{ g(v) : v ∈ {0,1}^K }
-
-    is a conservative field of the loss (Bolte–Pauwels 2021: backpropagation with
-    slopes in `[0,1]` at the kinks). Along any absolutely continuous curve,
-    `dL/dt = ⟨d, θ̇⟩` for every `d ∈ D(θ)` and almost every `t`; a solution of the
-    differential inclusion `θ̇ ∈ −D(θ)`, `θ̇ = −u`, thus has `⟨d, u⟩ = ‖u‖²` for all
-    `d ∈ D(θ)` (take `d = u`), hence `‖d‖ ≥ ‖u‖`: `u` is the **minimum-norm element of
-    D(θ)**, and
-
-        θ̇ = −u,    u = argmin{ ‖d‖ : d ∈ conv{ g(v) : v ∈ {0,1}^K } },
-        L(θ(0)) − L(θ(t)) = ∫₀ᵗ ‖θ̇(s)‖² ds.
-
-    `u` is computed at every field evaluation from the `2^|K|` vertex gradients by
-    Wolfe's algorithm ([`_min_norm_point`][], weights `λ_v`, equivalent slopes
-    `c = Σ_v λ_v v`). With `K = ∅` it is the plain gradient. The energy integral is one
-    more ODE state, `Ė = ‖u‖²`, so the identity above is a check of the whole run.
-
-    **Sliding and leaving.** For a unit `j ∈ K` at point `x_i` the rate `ṗ_j(−d)` of
-    `p_j` under a field `−d` is the forward-mode derivative of `p_j` along `−d`. In
-    depth 2, `g(c) = g_0 + Σ_j c_j δ_j ∇p_j` (`δ_j` the backpropagated signal at `j`),
-    so `‖g(c)‖²` is a convex quadratic `q(c)` with `½ ∂q/∂c_j = −δ_j ṗ_j(−g(c))`: at an
-    interior minimiser every sliding rate is zero, and the field is tangent to the
-    surfaces. Unit `j`'s *one-sided tests* are
-
-        s_j^± = ṗ_j(−u_j^±),   u_j^± = min-norm point of conv{ g(v) : v_j = 1 (+), 0 (−) },
-
-    its rate under the flow's field when its own slope is pinned to 1 (active side) or
-    0 (inactive side) and the other units of `K` still slide. With `φ_j(s) = min q(s, ·)`
-    over the other slopes (convex, `φ_j'(s) = −2δ_j ṗ_j`), the minimiser of `q` has
-    `c_j < 1` iff `φ_j'(1) > 0`, i.e. iff `s_j^+ < 0` when `δ_j > 0` — the sliding
-    condition `s_j^+ < 0 < s_j^−` (both sides push into the surface) is exactly the
-    condition that unit `j`'s min-norm slope is interior. In deeper nets `g` is
-    multi-affine rather than affine (a unit's rate then depends on the slopes of the
-    sliding units below it at the same point, taken as the equivalent slopes of the
-    min-norm weights); the same tests are used, as a rule rather than a theorem, and the
-    energy identity and `drift` tell whether the result was a solution. A unit decides:
-
-    - `s^− > 0 > s^+`: slides (in `K`);
-    - `s^+ > 0` and `s^− ≥ 0` (or `s^+ = 0 < s^−`): goes to (or crosses into) the active side;
-    - `s^− < 0` and `s^+ ≤ 0` (or `s^− = 0 > s^+`): goes to the inactive side;
-    - otherwise (repelling `s^+ > 0 > s^−`, or both zero: a unit cut off from the
-      data by the layer below): keeps its side.
-
-    So a unit parked on its surface with zero rate on its side (it crossed into a side
-    where nothing moves it) leaves at the first event after which the other side's
-    field pushes it off, rather than when round-off lets its `p` change sign.
-
-    A rate counts as zero within `1e-10` of the largest rate in play.
-
-    **Events.** Between events `K` and the pattern are fixed and `DOP853` integrates
-    `(θ, E)` at `rtol`/`atol`. Sliding units are not projected: their `p_j` stay at 0
-    because the field is tangent, to the tolerances (`drift` reports how well). The
-    min-norm field has a kink where a slope reaches 0 or 1 (a leaving time), which the
-    step-size control resolves like any loss of smoothness; the solver stops there
-    anyway. Terminal events:
-
-    - `p_j` of a unit outside `K` reaches its surface from its side (as in
-      [`scipy_flow`][]);
-    - `s_j^+` of a sliding unit rises through 0 (it leaves to the active side: its
-      min-norm slope reaches 1), or `s_j^−` falls through 0 (it leaves to the inactive
-      side: slope 0).
-
-    SciPy looks for sign changes of the event functions at the ends of its steps only,
-    so a unit that crosses at an event and comes back within the next step would be
-    missed (depth 4, teacher seed 149 of `benchmarks/filippov`: a unit crossed to its
-    active side at `t = 0.6516`, its `p` rose to 8e-9 and fell back through 0 at
-    `0.6524`, inside SciPy's first step, and the run went on with the unit active at
-    `p = −5e-6`). After a crossing the integration therefore starts with a step of
-    `_FIRST_STEP·max(1, t)`, from which DOP853 grows its steps by at most 10× each, so
-    that step ends fall inside any such excursion longer than about ten times that step.
-    (Starting every integration so, after sliding events too, made two of
-    `benchmarks/filippov`'s problems chatter: more than 10,000 events.)
-
-    At an event, the unit whose test fired goes to its side, and every other unit of
-    `K`, the unit that arrived, and every unit within round-off (`16·ε·max(1, max|p|)`)
-    of its surface or past it becomes a candidate for `K`. The candidates are
-    decided by the tests above computed with all of them in `K`; the units that do not
-    slide are removed (those that keep their side at once, then the one whose test is
-    the clearest, one at a time, the tests recomputed after each) until every remaining
-    candidate slides. A unit that arrives at its surface therefore crosses when its new
-    side's field carries it on and slides otherwise, as in [`scipy_flow`][]. Events are
-    recorded by comparing `K` and the pattern before and after.
-
-    A first-layer neuron inactive on every point is frozen (it gets no gradient from the
-    loss); its pre-activations are not watched.
+    `θ̇ = −u`, `u` the minimum-norm element of the hull of the `2^|K|` one-sided
+    gradients of the units `K` on their surfaces, with `E(t) = ∫₀ᵗ ‖u‖² ds` integrated
+    alongside; the field, the one-sided tests that decide which units slide and which
+    leave to which side, and the events are derived in the module docstring ("The
+    Filippov flow").
 
     **Arguments:**
 
@@ -913,242 +1162,29 @@ def filippov_flow(
         params, X, Y, loss, t1, weight_decay, rtol, atol, max_events
     )
     max_sliding = _check_count(max_sliding, "max_sliding")
-    if t_eval is None:
-        t_eval = np.zeros(0)
-    else:
-        t_eval = np.array(t_eval, dtype=np.float64)
-        if (
-            t_eval.ndim != 1
-            or not np.all(np.isfinite(t_eval))
-            or np.any(np.diff(t_eval) < 0)
-            or np.any(t_eval < 0)
-            or np.any(t_eval > t1)
-        ):
-            raise ValueError(
-                f"`t_eval` must be a 1-D nondecreasing array of times in [0, t1={t1}]; "
-                f"got {t_eval if t_eval.size <= 8 else f'shape {t_eval.shape}'}."
-            )
-
-    layout = _Layout([W.shape for W in params], X.shape[0])
-    n_entries = int(layout.entry_offsets[-1])
-    reg = lambda ps: 0.5 * weight_decay * sum(float(np.sum(W**2)) for W in ps)
-    true_loss = lambda ps: _loss_of_output(_forward(ps, X)[2], Y, loss) + reg(ps)
-    preacts = lambda theta: _flat_entries(_forward(layout.unflatten(theta), X)[0])
-
-    def field_parts(theta, pattern, K):
-        """Weights, forward masks, vertex slopes `(V, |K|)` and vertex gradients `(V, |θ|)`."""
-        ps = layout.unflatten(theta)
-        base = pattern.astype(np.float64)
-        base[K] = 0.0
-        hmasks = _entries_to_layers(layout, base)
-        _, H, F = _surface_forward(ps, X, hmasks)
-        bits = ((np.arange(2 ** len(K))[:, None] >> np.arange(len(K))) & 1).astype(np.float64)
-        slopes = np.tile(base, (len(bits), 1))
-        slopes[:, K] = bits
-        grads = _vertex_gradients(ps, H, _entries_to_layers(layout, slopes), _output_gradient(F, Y, loss), weight_decay)
-        return ps, hmasks, bits, grads
-
-    def rates(ps, hmasks, pattern, K, velocities, controls):
-        """`ṗ` of every entry `(B, P)` under `B` velocities with the slopes `controls` on `K`."""
-        slopes = np.tile(pattern.astype(np.float64), (len(velocities), 1))
-        slopes[:, K] = controls
-        o = layout.param_offsets
-        vel = [velocities[:, o[i] : o[i + 1]].reshape(len(velocities), *W.shape) for i, W in enumerate(ps)]
-        return _layers_to_entries(_tangent_preactivations(ps, X, hmasks, _entries_to_layers(layout, slopes), vel))
-
-    def tests(theta, pattern, K):
-        """`(s⁺, s⁻, scale)`: the one-sided tests of every unit of `K`, and the largest rate."""
-        ps, hmasks, bits, grads = field_parts(theta, pattern, K)
-        velocities, controls = [], []
-        for a in range(len(K)):
-            for bit in (1.0, 0.0):
-                idx = np.flatnonzero(bits[:, a] == bit)
-                u, lam = _min_norm_point(grads[idx])
-                velocities.append(-u)
-                controls.append(lam @ bits[idx])
-        r = rates(ps, hmasks, pattern, K, np.array(velocities), np.array(controls))
-        pos = np.arange(len(K))
-        return r[2 * pos, K], r[2 * pos + 1, K], float(np.max(np.abs(r), initial=0.0))
-
-    def frozen(pattern, K):
-        """Entries of first-layer neurons inactive on every point (and none sliding)."""
-        dead = np.zeros(n_entries, dtype=bool)
-        if layout.hidden:
-            live = pattern.copy()
-            live[K] = True
-            first = live[: layout.entry_offsets[1]].reshape(layout.hidden[0], layout.n)
-            dead[: layout.entry_offsets[1]] = np.repeat(~first.any(axis=1), layout.n)
-        return dead
-
-    def cut_off(theta, pattern, candidates, j):
-        """Whether unit `j` (of layer >= 1) gets exactly zero input at its point and no
-        candidate below it at that point can change that: `p_j ≡ 0` with zero gradient, so
-        its slope changes nothing and it keeps its side."""
-        layer, _, point = layout.entry(j)
-        if layer == 0:
-            return False
-        base = pattern.astype(np.float64)
-        base[candidates] = 0.0
-        H = _surface_forward(layout.unflatten(theta), X, _entries_to_layers(layout, base))[1]
-        if np.any(H[layer][point] != 0):
-            return False
-        o, n = layout.entry_offsets, layout.n
-        below = np.arange(o[layer - 1] + point, o[layer], n)  # layer - 1's units at this point
-        return not any(k in candidates and not cut_off(theta, pattern, candidates, k) for k in below)
-
-    def resolve(theta, pattern, K, forced, arrived):
-        """New `(pattern, K)` at a state on some surfaces; see the docstring."""
-        pattern = pattern.copy()
-        for j, side in forced.items():
-            pattern[j] = side > 0
-        p = preacts(theta)
-        band = 16 * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(p), initial=0.0)))
-        side = np.where(pattern, 1.0, -1.0)
-        near = np.flatnonzero(~frozen(pattern, np.array(K, dtype=int)) & (side * p <= band))
-        slide = sorted((set(K) | set(arrived) | {int(j) for j in near}) - set(forced))
-        slide = [j for j in slide if not cut_off(theta, pattern, slide, j)]
-        for _ in range(2 * len(slide) + 2):
-            if not slide:
-                break
-            if len(slide) > max_sliding:
-                raise RuntimeError(
-                    f"filippov_flow: {len(slide)} units on their surfaces at once at t={t}, more than "
-                    f"max_sliding={max_sliding}."
-                )
-            K_arr = np.array(slide)
-            sp, sm, scale = tests(theta, pattern, K_arr)
-            zero = 1e-10 * max(scale, _TINY)
-            zp = np.where(np.abs(sp) <= zero, 0, np.sign(sp))
-            zm = np.where(np.abs(sm) <= zero, 0, np.sign(sm))
-            slides = (zm > 0) & (zp < 0)
-            if slides.all():
-                break
-            active = ((zp > 0) & (zm >= 0)) | ((zp == 0) & (zm > 0))
-            inactive = ((zm < 0) & (zp <= 0)) | ((zm == 0) & (zp < 0))
-            keep = ~(slides | active | inactive)
-            if keep.any():
-                slide = [j for j, k in zip(slide, keep, strict=True) if not k]
-                continue
-            margin = np.where(active, np.abs(sp), np.abs(sm))
-            margin[slides] = -1.0
-            a = int(np.argmax(margin))
-            pattern[slide[a]] = bool(active[a])
-            del slide[a]
-        else:
-            raise RuntimeError(f"filippov_flow: the sliding set did not settle at t={t}.")
-        return pattern, slide
-
-    def record(t, pattern0, K0, pattern, K):
-        K0, K = set(K0), set(K)
-        out = []
-        for j in sorted(K0 | K | set(np.flatnonzero(pattern0 != pattern))):
-            side = 1 if pattern[j] else -1
-            if j in K and j not in K0:
-                kind, side = "slide_start", 0
-            elif j in K0 and j not in K:
-                kind = "slide_end"
-            elif j not in K and pattern0[j] != pattern[j]:
-                kind = "cross"
-            else:
-                continue
-            out.append(FilippovEvent(t, *layout.entry(j), kind, side))
-        return out
-
+    t_eval = _check_t_eval(t_eval, t1)
+    prob = _Problem.of(params, X, Y, loss, weight_decay)
     theta = np.concatenate([W.ravel() for W in params])
-    initial_loss = true_loss(layout.unflatten(theta))
-    energy, t = 0.0, 0.0
-    pattern = preacts(theta) > 0
-    K = []
-    events, saved, nfev, n_events, drift = [], [], 0, 0, 0.0
-    pattern, K = resolve(theta, pattern, K, {}, [])
-    first_step = None  # SciPy's own choice, except after a crossing (see "Events")
-    events += record(0.0, preacts(theta) > 0, [], pattern, K)
-    next_save = 0
-
-    while True:
-        K_arr = np.array(K, dtype=int)
-        rhs_cache, event_cache, drift_log = {}, {}, []
-
-        def rhs(s, y, pattern=pattern, K_arr=K_arr, cache=rhs_cache):
-            key = y.tobytes()
-            if key not in cache:
-                cache.clear()
-                grads = field_parts(y[:-1], pattern, K_arr)[3]
-                u = _min_norm_point(grads)[0] if len(K_arr) else grads[0]
-                cache[key] = np.concatenate([-u, [u @ u]])
-            return cache[key]
-
-        def event_values(s, y, pattern=pattern, K_arr=K_arr, cache=event_cache, log=drift_log):
-            key = y.tobytes()
-            if key not in cache:
-                cache.clear()
-                p = preacts(y[:-1])
-                if len(K_arr):
-                    log.append((s, float(np.max(np.abs(p[K_arr])))))
-                    sp, sm, _ = tests(y[:-1], pattern, K_arr)
-                else:
-                    sp = sm = np.zeros(0)
-                cache[key] = (p, sp, sm)
-            return cache[key]
-
-        def make_event(value, direction, values=event_values):
-            def event(s, y):
-                return value(*values(s, y))
-
-            event.terminal = True
-            event.direction = direction
-            return event
-
-        watched = np.flatnonzero(~frozen(pattern, K_arr) & ~np.isin(np.arange(n_entries), K_arr))
-        fns, owners = [], []
-        # A unit that starts a little past its surface (within round-off, left on its side
-        # by the last event) fires once it is past by twice that: with the offset TINY
-        # alone its event function would start on the far side of 0 and never change sign.
-        p_start = preacts(theta)
-        for j in watched:
-            side = 1.0 if pattern[j] else -1.0
-            offset = max(_TINY, -2.0 * side * p_start[j])
-            fns.append(make_event(lambda p, sp, sm, j=j, side=side, offset=offset: p[j] + side * offset, -side))
-            owners.append(("p", int(j), 0))
-        for a, j in enumerate(K):
-            fns.append(make_event(lambda p, sp, sm, a=a: sp[a], 1.0))
-            owners.append(("s", int(j), 1))
-            fns.append(make_event(lambda p, sp, sm, a=a: sm[a], -1.0))
-            owners.append(("s", int(j), -1))
-        if t < t1:
-            sol = scipy.integrate.solve_ivp(
-                rhs,
-                (t, t1),
-                np.concatenate([theta, [energy]]),
-                method="DOP853",
-                rtol=rtol,
-                atol=atol,
-                events=fns or None,
-                dense_output=True,
-                first_step=first_step,
-            )
-            nfev += int(sol.nfev)
-            if sol.status == -1:
-                raise RuntimeError(f"filippov_flow: solve_ivp failed at t={t}: {sol.message}")
-            t_end = float(sol.t[-1]) if sol.status == 0 else min(float(te[0]) for te in sol.t_events if len(te))
-            # Sliding units leave their surfaces after a leaving event: judge the drift before it.
-            drift = max([drift] + [v for s_log, v in drift_log if s_log <= t_end])
-            while next_save < len(t_eval) and t_eval[next_save] <= t_end:
-                y_save = sol.sol(t_eval[next_save])
-                saved.append((t_eval[next_save], true_loss(layout.unflatten(y_save[:-1])), y_save[-1]))
-                next_save += 1
-        else:
-            sol = None
-            while next_save < len(t_eval):  # t_eval points at t = t1 = 0
-                saved.append((t, true_loss(layout.unflatten(theta)), energy))
-                next_save += 1
-        if sol is None or sol.status == 0:
-            if sol is not None:
-                theta, energy, t = sol.y[:-1, -1], float(sol.y[-1, -1]), float(sol.t[-1])
+    initial_loss = prob.loss_of(prob.layout.unflatten(theta))
+    energy, t, nfev, n_events, drift, saved = 0.0, 0.0, 0, 0, 0.0, []
+    pattern, K = _settle(prob, theta, prob.preacts(theta) > 0, [], {}, [], max_sliding, t)
+    events = _changes(prob, 0.0, prob.preacts(theta) > 0, [], pattern, K)
+    first_step = None  # SciPy's own choice, except after a crossing (module docstring, "Events")
+    while t < t1:
+        sol, owners, drift_log = _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_step)
+        nfev += int(sol.nfev)
+        if sol.status == -1:
+            raise RuntimeError(f"filippov_flow: solve_ivp failed at t={t}: {sol.message}")
+        t_end = float(sol.t[-1]) if sol.status == 0 else min(float(te[0]) for te in sol.t_events if len(te))
+        # Sliding units leave their surfaces after a leaving event: judge the drift before it.
+        drift = max([drift] + [v for s_log, v in drift_log if s_log <= t_end])
+        for s in t_eval[len(saved) :][t_eval[len(saved) :] <= t_end]:
+            y_save = sol.sol(s)
+            saved.append((s, prob.loss_of(prob.layout.unflatten(y_save[:-1])), y_save[-1]))
+        if sol.status == 0:
+            theta, energy, t = sol.y[:-1, -1], float(sol.y[-1, -1]), float(sol.t[-1])
             break
-
-        fired = [(te[0], k) for k, te in enumerate(sol.t_events) if len(te)]
-        t_event, k = min(fired)
+        t_event, k = min((te[0], k) for k, te in enumerate(sol.t_events) if len(te))
         y_event = np.array(sol.y_events[k][0])
         theta, energy, t = y_event[:-1], float(y_event[-1]), float(t_event)
         n_events += 1
@@ -1157,26 +1193,25 @@ def filippov_flow(
         what, j, side = owners[k]
         first_step = min(_FIRST_STEP * max(1.0, t), t1 - t) if what == "p" and t < t1 else None
         if len(K):
-            drift = max(drift, float(np.max(np.abs(preacts(theta)[K_arr]))))
-        forced = {j: side} if what == "s" else {}
-        arrived = [j] if what == "p" else []
-        new_pattern, new_K = resolve(theta, pattern, K, forced, arrived)
-        events += record(t, pattern, K, new_pattern, new_K)
+            drift = max(drift, float(np.max(np.abs(prob.preacts(theta)[np.array(K)]))))
+        forced, arrived = ({j: side}, []) if what == "s" else ({}, [j])
+        new_pattern, new_K = _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t)
+        events += _changes(prob, t, pattern, K, new_pattern, new_K)
         pattern, K = new_pattern, new_K
-
-    ps = [np.array(W) for W in layout.unflatten(theta)]
-    ts = np.array([s for s, _, _ in saved])
+    # Save times the segments did not reach (t1 = 0, or an event at t1).
+    saved += [(s, prob.loss_of(prob.layout.unflatten(theta)), energy) for s in t_eval[len(saved) :]]
+    ps = [np.array(W) for W in prob.layout.unflatten(theta)]
     return FilippovResult(
         params=ps,
         t=t,
         events=events,
-        ts=ts,
+        ts=np.array([s for s, _, _ in saved]),
         losses=np.array([v for _, v, _ in saved]),
         energies=np.array([e for _, _, e in saved]),
         initial_loss=initial_loss,
-        loss=true_loss(ps),
+        loss=prob.loss_of(ps),
         energy=energy,
-        sliding=[layout.entry(j) for j in K],
+        sliding=[prob.layout.entry(j) for j in K],
         drift=drift,
         nfev=nfev,
     )
