@@ -10,6 +10,7 @@ jax.config.update("jax_enable_x64", True)
 
 from importlib.metadata import PackageNotFoundError, version  # noqa: E402
 
+from ._cache import enable_compilation_cache  # noqa: E402
 from .events import Kind  # noqa: E402
 from .networks import forward, gaussian, init_params, uniform_ball, xavier_normal  # noqa: E402
 from .solution import Crossings, Solution, Status  # noqa: E402
@@ -25,6 +26,7 @@ __all__ = [
     "Kind",
     "Solution",
     "Status",
+    "enable_compilation_cache",
     "forward",
     "gaussian",
     "init_params",

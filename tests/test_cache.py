@@ -52,6 +52,47 @@ def test_a_command_caches_its_programs_unless_told_not_to(tmp_path):
     assert not off.exists()
 
 
+# A Python caller: the cache turned on by gflow.enable_compilation_cache, then one simulate.
+_PYTHON_CALLER = """
+import json, sys
+import numpy as np
+import gflow
+folder = gflow.enable_compilation_cache(sys.argv[1])
+params = [np.array([[1.0, -0.5], [0.3, 0.8]]), np.array([[0.7, -1.2]])]
+X = np.array([[1.0, 0.2], [-0.4, 1.0], [0.5, -1.0]])
+Y = np.array([[0.5], [1.0], [-0.3]])
+sol = gflow.simulate(params, X, Y, t1=2.0)
+print(json.dumps(dict(folder=str(folder), params=[np.asarray(W).tolist() for W in sol.params])))
+"""
+
+
+def test_python_callers_keep_their_programs_with_enable_compilation_cache(tmp_path):
+    folder = tmp_path / "cache"
+
+    def run():
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "GFLOW_CACHE"))}
+        proc = subprocess.run(
+            [sys.executable, "-c", _PYTHON_CALLER, str(folder)], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1]), sorted(p.name for p in folder.iterdir())
+
+    first, written = run()
+    assert first["folder"] == str(folder)
+    assert any(name.startswith("jit_run-") for name in written)  # the integrator's program
+    second, again = run()
+    assert again == written  # every program loaded, none compiled and written anew
+    assert second == first  # bit for bit
+
+
+@pytest.mark.quick
+def test_enable_compilation_cache_rejects_a_folder_that_is_not_a_path():
+    import gflow
+
+    with pytest.raises(TypeError, match="`folder` must be a str or a path.*got int"):
+        gflow.enable_compilation_cache(3)
+
+
 # `gflow demo` with one traced function of gflow changed (numerically a no-op): a program
 # that differs from the demo's, as after an edit of gflow's source.
 _EDITED_DEMO = """
