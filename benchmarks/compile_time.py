@@ -20,8 +20,14 @@ StableHLO, dumped with ``jax_dump_ir_to``, calls inlined as XLA inlines them): u
 times, that count is the same on every machine and at every load, so it tells what a
 change to the engine did to the program.
 
+With ``--cached`` each shape is also run in two fresh processes that call
+``gflow.enable_compilation_cache`` on one new folder: the first finds it empty and
+compiles, the second loads the program the first wrote. Their first calls' wall times
+side by side (and their ratio) are what the persistent cache saves a Python caller who
+reruns a script; the two results must be equal.
+
 Run: ``python -m benchmarks.compile_time [--depths 2,4,6,10] [--widths 2,10,20]
-[--points 16] [--out benchmarks/results/compile_time.json]``. Each shape is written to
+[--points 16] [--cached] [--out benchmarks/results/compile_time.json]``. Each shape is written to
 the JSON as soon as it is measured (atomically), with the load average before and after,
 since compile time on a shared machine moves with the load.
 """
@@ -31,8 +37,11 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +52,45 @@ from ._machine import describe, machine_info, save_record
 from .through import _problem
 
 
+def shape_problem(depth, width, n, inputs):
+    """The problem of one shape (module docstring): ``(params, X, Y)``."""
+    return _problem(0, (inputs,) + (width,) * (depth - 1) + (1,), n)
+
+
+def first_call(folder, depth, width, n, inputs, t1):
+    """In this process: the persistent cache on in ``folder``, then one ``gflow.simulate``
+    of the shape, timed; ``(wall seconds, final weights)``."""
+    import gflow
+
+    gflow.enable_compilation_cache(folder)
+    params, X, Y = shape_problem(depth, width, n, inputs)
+    start = time.perf_counter()
+    sol = gflow.simulate(params, X, Y, t1=t1, max_sliding=width, throw=False)
+    return time.perf_counter() - start, [np.asarray(W).tolist() for W in sol.params]
+
+
+def cached_first_calls(depth, width, n, inputs, t1):
+    """The first call of two fresh processes on one new cache folder (the first compiles
+    and writes, the second loads)."""
+    walls, results = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        for _ in range(2):
+            args = [str(v) for v in (folder, depth, width, n, inputs, t1)]
+            code = (
+                "import json, sys; from benchmarks.compile_time import first_call; "
+                "print(json.dumps(first_call(sys.argv[1], *map(int, sys.argv[2:6]), float(sys.argv[6]))))"
+            )
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "GFLOW_CACHE"))}
+            proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+            if proc.returncode:
+                raise RuntimeError(f"the child process failed:\n{proc.stdout}{proc.stderr}")
+            wall, params = json.loads(proc.stdout.strip().splitlines()[-1])
+            walls.append(wall)
+            results.append(params)
+    return dict(first_call_empty_cache_s=walls[0], first_call_cached_s=walls[1], cache_ratio=walls[0] / walls[1],
+                cached_identical=results[0] == results[1])  # fmt: skip
+
+
 def measure(depth, width, n, inputs, t1):
     """One shape: (first call, second call) wall times and the run's figures."""
     import jax
@@ -50,7 +98,7 @@ def measure(depth, width, n, inputs, t1):
     import gflow
 
     widths = (inputs,) + (width,) * (depth - 1) + (1,)
-    params, X, Y = _problem(0, widths, n)
+    params, X, Y = shape_problem(depth, width, n, inputs)
     load0 = os.getloadavg()[0]
     walls, cpus, sols = [], [], []
     with tempfile.TemporaryDirectory() as dump:
@@ -114,6 +162,7 @@ def main(argv=None):
     parser.add_argument("--points", type=int, default=16)
     parser.add_argument("--inputs", type=int, default=4)
     parser.add_argument("--t1", type=float, default=1.0)
+    parser.add_argument("--cached", action="store_true", help="also: first calls with an empty and a filled cache")
     parser.add_argument("--out", default="benchmarks/results/compile_time.json")
     args = parser.parse_args(argv)
     depths = [int(d) for d in args.depths.split(",")]
@@ -127,7 +176,7 @@ def main(argv=None):
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_compilation_cache_dir", None)  # every compile measured, none read from disk
     info = machine_info()
-    config = dict(depths=depths, widths=widths, points=args.points, inputs=args.inputs, t1=args.t1)
+    config = dict(depths=depths, widths=widths, points=args.points, inputs=args.inputs, t1=args.t1, cached=args.cached)
     print(
         f"{'depth':>5} {'width':>5} {'P':>6} {'operations':>10} {'compile s':>10} {'cpu s':>7} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}"
     )
@@ -135,11 +184,20 @@ def main(argv=None):
     for depth in depths:
         for width in widths:
             row = measure(depth, width, args.points, args.inputs, args.t1)
+            if args.cached:
+                row.update(cached_first_calls(depth, width, args.points, args.inputs, args.t1))
             rows.append(row)
             print(
                 f"{depth:>5} {width:>5} {row['preactivations']:>6} {row['operations']:>10,} {row['compile_s']:>10.1f} {row['compile_cpu_s']:>7.1f} {row['run_s']:>8.2f} "
                 f"{row['status']:>14} {row['events']:>6} {row['load_before']:>4.1f}-{row['load_after']:<4.1f}"
-                + ("" if row["repeat_identical"] else "  (second call differs!)"),
+                + ("" if row["repeat_identical"] else "  (second call differs!)")
+                + (
+                    f"\n{'':>11} new process, first call: {row['first_call_empty_cache_s']:.1f} s with an empty "
+                    f"cache, {row['first_call_cached_s']:.1f} s with it filled ({row['cache_ratio']:.1f}x)"
+                    + ("" if row["cached_identical"] else "  (results differ!)")
+                    if args.cached
+                    else ""
+                ),
                 flush=True,
             )
             save_record(args.out, "compile_time", config, info, rows)

@@ -34,7 +34,7 @@ RUNS = {
     "devices": ["--devices", "1,2", "--batch", "8", "--chunks", "", "--lanes", "4", "--t1", "20", "--repeats", "1"],
     "gpu": ["--allow-cpu", "--batches", "8", "--check", "4", "--gd-steps", "100", "--repeats", "1", "--t1", "20"],
     "scaling": ["--batches", "1,4", "--depths", "2", "--widths", "2", "--points", "2", "--t1s", "20", "--base-batch", "4"],
-    "compile_time": ["--depths", "2", "--widths", "2", "--points", "3", "--t1", "5"],
+    "compile_time": ["--depths", "2", "--widths", "2", "--points", "3", "--t1", "5", "--cached"],
     "tail": ["--seeds", "6", "--members", "2", "--t0", "5", "--t1", "20", "--pids", "0.2:0.4"],
     "deep_scale": [
         "--depth", "3", "--width", "6", "--points", "8", "--t1", "5", "--max-sliding", "8", "--gd", "1e-3,5e-4",
@@ -149,7 +149,8 @@ def test_tail_agrees_with_scipy(runs):
 
 def test_compile_time_separates_compile_from_run(runs):
     """``benchmarks/compile_time.py``: the second call reran the same program (its weights
-    equal the first's bit for bit), and the compile time is the first call's excess."""
+    equal the first's bit for bit), the compile time is the first call's excess, and with
+    ``--cached`` a process that loads the program from the cache gets the same weights."""
     (row,) = runs["compile_time"][2]["results"]
     assert row["status"] == "REACHED_T1" and row["repeat_identical"]
     assert row["preactivations"] == 3 * 2 * 1
@@ -157,6 +158,9 @@ def test_compile_time_separates_compile_from_run(runs):
     # Compiling is work of this process: its CPU time, not only the wall clock, is spent.
     assert row["compile_cpu_s"] > 0.1 * row["compile_s"] > 0
     assert row["operations"] > 1000  # the integrator's program, not one of the small ones beside it
+    # Two fresh processes on one cache folder (the first compiles, the second loads):
+    # the same weights, and each first call timed.
+    assert row["cached_identical"] and row["first_call_empty_cache_s"] > 0 and row["first_call_cached_s"] > 0
 
 
 def test_compile_time_counts_operations_with_calls_inlined():
