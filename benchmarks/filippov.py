@@ -38,11 +38,18 @@ overall:
 - wall times: gflow's batch (with and without compilation) per problem, the reference's
   per problem, and their ratio.
 
+**The scale problem** (`--shapes scale`): `benchmarks.deep_scale`'s problem (depth 10,
+width 20, 20 points: 3,600 pre-activations) from `t = 0` to `--scale-t1` (default 0.25),
+compared the same way. The reference's cost doubles with every unit on its surface (each
+field evaluation solves over `2^K` vertex gradients) and it meets 13 at once at
+`t = 0.3064`, so it is given room for 12 (`SCALE`) and the comparison stops short of that;
+gflow keeps `deep_scale`'s limit of 64.
+
 `--tight RTOL,ATOL` repeats gflow at tighter tolerances (a second compile per shape) and
 reports its `dtheta` and `dt_events` too, to tell a tolerance-limited difference from a
 different trajectory.
 
-Run: `python -m benchmarks.filippov [--shapes depth3,depth4] [--rtol 1e-10 --atol 1e-12]
+Run: `python -m benchmarks.filippov [--shapes depth3,depth4 | scale [--scale-t1 0.25]] [--rtol 1e-10 --atol 1e-12]
 [--tight 1e-12,1e-14] [--max-problems N] [--out benchmarks/results/filippov.json]`.
 """
 
@@ -67,6 +74,11 @@ PROBLEMS = {
     ),
 }
 MAX_SLIDING = 10  # both sides: the reference's default (each of its fields costs 2^K passes)
+# The "scale" shape: benchmarks.deep_scale's problem (depth 10, width 20, 20 points) from
+# t = 0 to --scale-t1. The reference meets 13 units on their surfaces at once at t = 0.3064
+# (8,192 backward passes per field evaluation), so it is run to 0.25 by default, with room
+# for 12; gflow keeps deep_scale's limit of 64.
+SCALE = dict(depth=10, width=20, n=20, t1=0.25, reference_sliding=12, gflow_sliding=64)
 KEYED = ("cross", "slide_start", "slide_end")
 
 
@@ -140,7 +152,7 @@ def compare(ours, ref, tol, cuts=()):
                 unmatched_reference=[list(e) for e in right], first_difference=first)  # fmt: skip
 
 
-def shared_surface(params, X, Y, difference, tol=1e-12):
+def shared_surface(params, X, Y, difference, max_sliding=MAX_SLIDING, tol=1e-12):
     """The other points at which the unit of a first difference shares its surface when it
     happens: its layer's inputs there are positive multiples of those at its point (1 − cos
     ≤ `tol`, in the reference's state at that time), so the neuron's pre-activations at
@@ -151,7 +163,7 @@ def shared_surface(params, X, Y, difference, tol=1e-12):
 
     event = difference["reference"] or difference["gflow"]
     layer, point = event[1], event[3]
-    state = filippov_flow(params, X, Y, t1=difference["t"], max_sliding=MAX_SLIDING).params
+    state = filippov_flow(params, X, Y, t1=difference["t"], max_sliding=max_sliding).params
     h = _forward([np.asarray(W) for W in state], np.asarray(X, dtype=np.float64))[1][layer]
     norms = np.linalg.norm(h, axis=1)
     if norms[point] == 0:
@@ -168,14 +180,14 @@ def gflow_events(sol_b, kinds=KEYED):
     ]
 
 
-def run_gflow(problems, t1, rtol, atol):
+def run_gflow(problems, t1, rtol, atol, max_sliding=MAX_SLIDING):
     """One simulate_batch over the problems, timed with and without compilation."""
     import gflow
 
     stack = lambda arrays: np.stack(arrays)
     params = [stack([p[0][i] for p in problems]) for i in range(len(problems[0][0]))]
     X, Y = stack([p[1] for p in problems]), stack([p[2] for p in problems])
-    kw = dict(t1=t1, rtol=rtol, atol=atol, max_sliding=MAX_SLIDING)
+    kw = dict(t1=t1, rtol=rtol, atol=atol, max_sliding=max_sliding)
     t = time.perf_counter()
     gflow.simulate_batch(params, X, Y, **kw)
     first = time.perf_counter() - t
@@ -193,19 +205,33 @@ class _NoReference:
         self.nfev = 0
 
 
-def run_shape(name, seeds, rtol, atol, tight, tol):
+def run_shape(name, seeds, rtol, atol, tight, tol, scale_t1=SCALE["t1"]):
+    """Both sides on the problems of one shape (`"scale"`: the one problem of `SCALE`)."""
+    if name == "scale":
+        from .deep_scale import problem
+
+        widths = (5,) + (SCALE["width"],) * (SCALE["depth"] - 1) + (1,)
+        problems, n, t1, seeds = [problem(SCALE["depth"], SCALE["width"], SCALE["n"])], SCALE["n"], scale_t1, ["scale"]
+        sliding = SCALE["reference_sliding"], SCALE["gflow_sliding"]
+    else:
+        widths, n, t1, _ = PROBLEMS[name]
+        problems, sliding = [teacher_problem(seed, widths, n) for seed in seeds], (MAX_SLIDING, MAX_SLIDING)
+    return run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, sliding)
+
+
+def run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, sliding):
+    """gflow (one batch) and the reference (each problem) on `problems`, compared;
+    `sliding`: the most units at once for the reference and for gflow."""
     import gflow
     from gflow.reference import filippov_flow
 
-    widths, n, t1, _ = PROBLEMS[name]
-    problems = [teacher_problem(seed, widths, n) for seed in seeds]
-    sol, gflow_first, gflow_wall = run_gflow(problems, t1, rtol, atol)
-    sol_tight = run_gflow(problems, t1, *tight)[0] if tight else None
+    sol, gflow_first, gflow_wall = run_gflow(problems, t1, rtol, atol, sliding[1])
+    sol_tight = run_gflow(problems, t1, *tight, sliding[1])[0] if tight else None
     rows = []
     for b, (seed, (params, X, Y)) in enumerate(zip(seeds, problems, strict=True)):
         t = time.perf_counter()
         try:
-            ref, failed = filippov_flow(params, X, Y, t1=t1, max_sliding=MAX_SLIDING), None
+            ref, failed = filippov_flow(params, X, Y, t1=t1, max_sliding=sliding[0]), None
         except RuntimeError as e:  # the reference's own limits (events, units at once): no comparison
             ref, failed = _NoReference(params), str(e)
         ref_wall = time.perf_counter() - t
@@ -226,7 +252,7 @@ def run_shape(name, seeds, rtol, atol, tight, tol):
             wall_reference_s=ref_wall, events=dict(gflow=[list(e) for e in ours], reference=[list(e) for e in theirs]),
         )  # fmt: skip
         if row["first_difference"] and not failed:
-            row["first_difference"]["shared_with"] = shared_surface(params, X, Y, row["first_difference"])
+            row["first_difference"]["shared_with"] = shared_surface(params, X, Y, row["first_difference"], sliding[0])
         if sol_tight is not None:
             st = sol_tight[b]
             row["dtheta_tight"] = max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(st.params, ref.params))
@@ -238,7 +264,7 @@ def run_shape(name, seeds, rtol, atol, tight, tol):
             row["first_difference_tight"] = tight_events["first_difference"]
             if tight_events["first_difference"] and not failed:
                 row["first_difference_tight"]["shared_with"] = shared_surface(
-                    params, X, Y, tight_events["first_difference"]
+                    params, X, Y, tight_events["first_difference"], sliding[0]
                 )
         rows.append(row)
     B = len(seeds)
@@ -254,7 +280,12 @@ def _fmt_event(e):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.filippov", description=__doc__.split("\n")[0])
-    parser.add_argument("--shapes", default=",".join(PROBLEMS), help=f"comma-separated, of {list(PROBLEMS)}")
+    parser.add_argument(
+        "--shapes",
+        default=",".join(PROBLEMS),
+        help=f"comma-separated, of {list(PROBLEMS) + ['scale']} (default: all but scale)",
+    )
+    parser.add_argument("--scale-t1", type=float, default=SCALE["t1"], help="the scale problem's t1 (0.25)")
     parser.add_argument("--rtol", type=float, default=1e-10)
     parser.add_argument("--atol", type=float, default=1e-12)
     parser.add_argument("--tight", default="", help="RTOL,ATOL: gflow once more at these tolerances (default: not)")
@@ -268,18 +299,18 @@ def main(argv=None):
     machine = machine_info()
     rows, batches = [], []
     for name in args.shapes.split(","):
-        seeds = PROBLEMS[name][3][: args.max_problems or None]
-        r, b = run_shape(name, seeds, args.rtol, args.atol, tight, args.tol)
+        seeds = PROBLEMS[name][3][: args.max_problems or None] if name != "scale" else None
+        r, b = run_shape(name, seeds, args.rtol, args.atol, tight, args.tol, args.scale_t1)
         rows += r
         batches.append(b)
     print(f"gflow rtol {args.rtol:g}, atol {args.atol:g}" + (f" (and {tight[0]:g}, {tight[1]:g})" if tight else "")
           + "; reference filippov_flow rtol 1e-12, atol 1e-14; target |Δθ|, |Δt| ≤ "
           f"{args.tol:g}")  # fmt: skip
-    print(f"{'shape':7} {'seed':>4} {'status':11} {'|Δθ|':>8} {'|Δt| ev':>8} {'match':>5} {'unm g/r':>7} "
+    print(f"{'shape':7} {'seed':>5} {'status':11} {'|Δθ|':>8} {'|Δt| ev':>8} {'match':>5} {'unm g/r':>7} "
           f"{'K max r/g':>9} {'E defect':>8} {'mode gap':>8}" + (f" {'|Δθ| tight':>10}" if tight else ""))  # fmt: skip
     for r in rows:
         ok = r["dtheta"] <= args.tol and r["dt_events"] <= args.tol and not r["first_difference"]
-        print(f"{r['shape']:7} {r['seed']:4d} {r['status']:11} {r['dtheta']:8.1e} {r['dt_events']:8.1e} "
+        print(f"{r['shape']:7} {r['seed']!s:>5} {r['status']:11} {r['dtheta']:8.1e} {r['dt_events']:8.1e} "
               f"{r['matched']:5d} {len(r['unmatched_gflow']):3d}/{len(r['unmatched_reference']):<3d} "
               f"{r['most_sliding_reference']:4d}/{r['most_sliding_gflow']:<4d} {r['energy_defect']:8.1e} "
               f"{r['mode_gap']:8.1e}" + (f" {r['dtheta_tight']:10.1e}" if tight else "") + ("" if ok else "  ✗"))  # fmt: skip
