@@ -25,12 +25,15 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 # The slowest files first (wall seconds, two at a time on 2 cores, 2026-12-01: 751, 580,
-# 417, 141, 92, 71, 41, 29, 13); files not listed start after these, largest first.
+# 417, 141, 92, 71, 41, 29, 13; test_reference_deep.py and test_reference_scale.py 132 and
+# 118 on 2026-12-06); files not listed start after these, largest first.
 SLOWEST_FIRST = (
     "test_deep.py",
     "test_flow.py",
     "test_experiments_deep.py",
     "test_benchmarks.py",
+    "test_reference_deep.py",
+    "test_reference_scale.py",
     "test_experiments.py",
     "test_sweep.py",
     "test_regions.py",
