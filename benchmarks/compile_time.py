@@ -97,8 +97,8 @@ def measure(depth, width, n, inputs, t1):
 
     import gflow
 
-    widths = (inputs,) + (width,) * (depth - 1) + (1,)
     params, X, Y = shape_problem(depth, width, n, inputs)
+    widths = (inputs,) + tuple(W.shape[0] for W in params)
     load0 = os.getloadavg()[0]
     walls, cpus, sols = [], [], []
     with tempfile.TemporaryDirectory() as dump:

@@ -210,8 +210,8 @@ def run_shape(name, seeds, rtol, atol, tight, tol, scale_t1=SCALE["t1"]):
     if name == "scale":
         from .deep_scale import problem
 
-        widths = (5,) + (SCALE["width"],) * (SCALE["depth"] - 1) + (1,)
         problems, n, t1, seeds = [problem(SCALE["depth"], SCALE["width"], SCALE["n"])], SCALE["n"], scale_t1, ["scale"]
+        widths = (problems[0][0][0].shape[1],) + tuple(W.shape[0] for W in problems[0][0])
         sliding = SCALE["reference_sliding"], SCALE["gflow_sliding"]
     else:
         widths, n, t1, _ = PROBLEMS[name]
