@@ -10,7 +10,8 @@ so it shares no code with the rest of gflow: it imports only NumPy, SciPy and JA
   the integration restarts. It stops where a unit would slide.
 - [`filippov_flow`][] integrates the same flow through sliding modes, for any depth:
   where units sit on their kinks the velocity is minus the minimum-norm element of the
-  convex hull of the `2^K` one-sided gradients, found by Wolfe's algorithm in NumPy, and
+  convex hull of the one-sided gradients (a Minkowski sum of one hull per data point),
+  found by Wolfe's algorithm in NumPy, and
   the energy `∫‖θ̇‖²` is integrated alongside so that `L(0) − L(t) = ∫‖θ̇‖²` can be
   checked.
 - [`gradient_descent`][] and [`gradient_descent_batch`][] run full-batch gradient descent
@@ -58,10 +59,21 @@ D(θ)**, and
     θ̇ = −u,    u = argmin{ ‖d‖ : d ∈ conv{ g(v) : v ∈ {0,1}^K } },
     L(θ(0)) − L(θ(t)) = ∫₀ᵗ ‖θ̇(s)‖² ds.
 
-`u` is computed at every field evaluation from the `2^|K|` vertex gradients by
-Wolfe's algorithm ([`_min_norm_point`][], weights `λ_v`, equivalent slopes
-`c = Σ_v λ_v v`). With `K = ∅` it is the plain gradient. The energy integral is one
-more ODE state, `Ė = ‖u‖²`, so the identity above is a check of the whole run.
+The hull is never listed vertex by vertex. The loss is a sum over the data points,
+`σ(0) = 0` makes every point's output independent of `c`, and a unit's slope enters only
+the backward pass of its own point, so `g(c) = g_rest + Σ_i g_i(c_{K_i})`, `K_i` the
+units of `K` at point `i` and `g_rest` the gradient of the points without any (weight
+decay included). The vertex set is then a product and its hull a Minkowski sum,
+
+    D(θ) = g_rest + Σ_i conv{ g_i(v) : v ∈ {0,1}^{K_i} },
+
+which costs `Σ_i 2^|K_i|` one-point backward passes instead of `2^|K|` full ones (13
+units on their surfaces at 13 points: 26 one-point passes, not 8,192 full ones). `u` is
+computed at every field evaluation by Wolfe's algorithm in its linear-oracle form
+([`_min_norm_sum`][]: the vertex of the sum that minimises `⟨q, x⟩` is the sum of each
+block's minimiser; weights `λ_{i,v}` per point, equivalent slopes `c_{K_i} = Σ_v λ_{i,v}
+v`). With `K = ∅` it is the plain gradient. The energy integral is one more ODE state,
+`Ė = ‖u‖²`, so the identity above is a check of the whole run.
 
 *Sliding and leaving.* For a unit `j ∈ K` at point `x_i` the rate `ṗ_j(−d)` of `p_j`
 under a field `−d` is the forward-mode derivative of `p_j` along `−d`. In depth 2,
@@ -107,6 +119,12 @@ loss of smoothness; the solver stops there anyway. Terminal events:
   min-norm slope reaches 1), or `s_j^−` falls through 0 (it leaves to the inactive
   side: slope 0).
 
+A unit's event fires once its `p` is past its surface by the smallest float, or, if the
+segment starts with it within round-off of its surface (`16·ε·max(1, max|p|)`), by that
+round-off, or by twice as far as it started past it: a unit held at `p ≈ 0` by round-off
+would otherwise fire again and again at one instant (a depth-3 net on the logistic loss
+in `tests/test_reference_deep.py`: 10,000 events at `t = 1.2466`).
+
 SciPy looks for sign changes of the event functions at the ends of its steps only,
 so a unit that crosses at an event and comes back within the next step would be
 missed (depth 4, teacher seed 149 of `benchmarks/filippov`: a unit crossed to its
@@ -120,7 +138,13 @@ that step ends fall inside any such excursion longer than about ten times that s
 
 At an event, the unit whose test fired goes to its side, and every other unit of
 `K`, the unit that arrived, and every unit within round-off (`16·ε·max(1, max|p|)`)
-of its surface or past it becomes a candidate for `K`. The candidates are
+of its surface or past it becomes a candidate for `K`, except a unit cut off from
+the data: every input to it at its point is inactive, a candidate, or a sliding unit
+that leaves at this event (still on its surface, to the drift of its sliding), so its
+`p` is 0 now and moves only as those inputs move, which its own event will tell; it
+keeps its side. (Deciding such a unit by its tests made its side depend on the sign of
+that drift: depth 3, teacher seed 304 of `benchmarks/filippov` at `t = 0.6295`, with a
+leaving input at `p = ±3e-13` depending on the run's save times.) The candidates are
 decided by the tests above computed with all of them in `K`; the units that do not
 slide are removed (those that keep their side at once, then the one whose test is
 the clearest, one at a time, the tests recomputed after each) until every remaining
@@ -170,6 +194,7 @@ _MARGIN_LOSSES = ("exponential", "logistic")
 # Offset that keeps an event function off zero when its pre-activation sits exactly at
 # zero and does not move (a frozen neuron); far below any real pre-activation.
 _TINY = np.finfo(np.float64).tiny
+_MAX_PER_POINT = 16  # units on their surfaces at one point: 2^16 slope patterns there
 
 # First step after a crossing, relative to max(1, t) (module docstring, "Events").
 _FIRST_STEP = 1e-6
@@ -723,44 +748,55 @@ def _affine_weights(Q):
     return np.concatenate([[1.0 - b.sum()], b])
 
 
-def _min_norm_point(points, tol=1e-15):
-    """The point of least Euclidean norm in the convex hull of `points`, by Wolfe's
-    algorithm (P. Wolfe, "Finding the nearest point in a polytope", Math. Programming 11,
-    1976, 128-149).
+def _min_norm_sum(blocks, offset=None, tol=1e-15):
+    """The point of least Euclidean norm in `offset + conv(B_1) + ... + conv(B_m)` (a
+    Minkowski sum of hulls), by Wolfe's algorithm (P. Wolfe, "Finding the nearest point
+    in a polytope", Math. Programming 11, 1976, 128-149) in its linear-oracle form.
 
-    The iterate `x` is the least-norm point of the affine hull of a *corral* `S` of the
-    points, with positive weights. A major cycle stops when `‖x‖² − ⟨p_j, x⟩ ≤
-    tol·max_i ‖p_i‖²` for every point (the optimality condition of the hull: no point
-    lies on the origin's side of the hyperplane through `x` normal to `x`), and
-    otherwise adds the most violating point to `S`. A minor cycle then moves the weights
-    toward the affine minimiser of `S`, stopping where the first weight reaches zero and
-    dropping that point, until the affine minimiser has all weights positive.
+    The polytope's vertices are the sums `offset + Σ_i B_i[v_i]`, one row of each block;
+    they are never listed: the vertex minimising `⟨q, x⟩` is the sum of each block's row
+    minimising it. The iterate `x` is the least-norm point of the affine hull of a
+    *corral* `S` of vertices, with positive weights. A major cycle stops when `‖x‖² −
+    ⟨q, x⟩ ≤ tol·scale` for that minimising vertex `q` (the optimality condition: no
+    vertex lies on the origin's side of the hyperplane through `x` normal to `x`;
+    `scale` bounds the vertices' squared norms), and otherwise adds `q` to `S`. A minor
+    cycle then moves the weights toward the affine minimiser of `S`, stopping where the
+    first weight reaches zero and dropping that vertex, until the affine minimiser has
+    all weights positive.
 
     **Arguments:**
 
-    - `points`: shape `(m, d)`, `m >= 1`.
+    - `blocks`: arrays of shape `(m_i, d)`, `m_i >= 1` (none: the point is `offset`).
+    - `offset`: shape `(d,)`, or `None` (zero; not with no blocks).
     - `tol`: the relative optimality gap at which to stop.
 
-    **Returns:** `(x, weights)`: `x` of shape `(d,)` and `weights` of shape `(m,)`,
-    `>= 0`, summing to 1, with `x = weights @ points`.
+    **Returns:** `(x, weights)`: `x` of shape `(d,)` and, per block, weights of shape
+    `(m_i,)`, `>= 0`, summing to 1, with `x = offset + Σ_i weights[i] @ B_i`.
     """
-    P = np.asarray(points, dtype=np.float64)
-    m = P.shape[0]
-    sq = np.einsum("ij,ij->i", P, P)
-    scale = max(float(np.max(sq)), _TINY)
-    S = [int(np.argmin(sq))]
+    B = [np.asarray(b, dtype=np.float64) for b in blocks]
+    if not B:
+        return np.array(offset, dtype=np.float64), []
+    c = np.zeros(B[0].shape[1]) if offset is None else np.asarray(offset, dtype=np.float64)
+    sq = [np.einsum("ij,ij->i", b, b) for b in B]
+    scale = max((np.linalg.norm(c) + sum(float(np.sqrt(np.max(s))) for s in sq)) ** 2, _TINY)
+
+    def vertex(choice):
+        return c + sum(b[v] for b, v in zip(B, choice, strict=True))
+
+    S = [tuple(int(np.argmin(s)) for s in sq)]
+    Q = [vertex(S[0])]
     w = np.ones(1)
-    x = P[S[0]].copy()
-    for _ in range(10 * m + 100):
-        gap = x @ x - P @ x
-        gap[S] = -np.inf
-        j = int(np.argmax(gap))
-        if gap[j] <= tol * scale:
+    x = Q[0].copy()
+    for _ in range(10 * sum(len(b) for b in B) + 100):
+        j = tuple(int(np.argmin(b @ x)) for b in B)
+        q = vertex(j)
+        if x @ x - q @ x <= tol * scale or j in S:
             break
         S.append(j)
+        Q.append(q)
         w = np.append(w, 0.0)
         while True:
-            a = _affine_weights(P[S])
+            a = _affine_weights(np.array(Q))
             if np.all(a > 0):
                 w = a
                 break
@@ -773,13 +809,16 @@ def _min_norm_point(points, tol=1e-15):
             w[neg[k]] = 0.0
             keep = w > 0
             S = [s for s, kept in zip(S, keep, strict=True) if kept]
+            Q = [s for s, kept in zip(Q, keep, strict=True) if kept]
             w = w[keep]
-        if j not in S:  # the new point was dropped at once: no progress is possible
+        if j not in S:  # the new vertex was dropped at once: no progress is possible
             break
         w = w / w.sum()
-        x = w @ P[S]
-    weights = np.zeros(m)
-    weights[S] = w
+        x = w @ np.array(Q)
+    weights = [np.zeros(len(b)) for b in B]
+    for choice, wk in zip(S, w, strict=True):
+        for i, v in enumerate(choice):
+            weights[i][v] += wk
     return x, weights
 
 
@@ -900,20 +939,53 @@ class FilippovResult:
 
 
 def _field_parts(prob, theta, pattern, K):
-    """Weights, forward masks, vertex slopes `(V, |K|)` and vertex gradients `(V, |θ|)` of
-    the `V = 2^|K|` slope patterns of the units `K` (the others by `pattern`)."""
+    """The hull `D(θ)` of the units `K` (the others by `pattern`) as a Minkowski sum, one
+    block per data point that holds units of `K` (module docstring, "The field"):
+    `(ps, hmasks, offset, blocks)` with `blocks[i] = (pos, bits, grads)`: `pos` the
+    positions in `K` of the point's units, `bits` the `2^|pos|` slope vertices
+    `(V, |pos|)` and `grads` the point's loss gradient at each `(V, |θ|)`; `offset` is
+    the gradient of the other points, weight decay included."""
     layout = prob.layout
     ps = layout.unflatten(theta)
     base = pattern.astype(np.float64)
     base[K] = 0.0
     hmasks = _entries_to_layers(layout, base)
     _, H, F = _surface_forward(ps, prob.X, hmasks)
-    bits = ((np.arange(2 ** len(K))[:, None] >> np.arange(len(K))) & 1).astype(np.float64)
-    slopes = np.tile(base, (len(bits), 1))
-    slopes[:, K] = bits
     G = _output_gradient(F, prob.Y, prob.loss)
-    grads = _vertex_gradients(ps, H, _entries_to_layers(layout, slopes), G, prob.weight_decay)
-    return ps, hmasks, bits, grads
+    points = np.asarray(K, dtype=int) % layout.n
+    blocks = []
+    for i in np.unique(points):
+        pos = np.flatnonzero(points == i)
+        if len(pos) > _MAX_PER_POINT:
+            raise RuntimeError(
+                f"filippov_flow: {len(pos)} units on their surfaces at point {i}, more than "
+                f"{_MAX_PER_POINT} (the field enumerates 2^{len(pos)} slope patterns there)."
+            )
+        bits = ((np.arange(2 ** len(pos))[:, None] >> np.arange(len(pos))) & 1).astype(np.float64)
+        slopes = np.tile(base, (len(bits), 1))
+        slopes[:, np.asarray(K)[pos]] = bits
+        gmasks = [m[:, i : i + 1] for m in _entries_to_layers(layout, slopes)]
+        grads = _vertex_gradients(ps, [h[i : i + 1] for h in H], gmasks, G[i : i + 1], 0.0)
+        blocks.append((pos, bits, grads))
+    rest = G.copy()
+    rest[points] = 0.0
+    offset = _vertex_gradients(ps, H, [m[None] for m in hmasks], rest, prob.weight_decay)[0]
+    return ps, hmasks, offset, blocks
+
+
+def _min_norm_field(offset, blocks, n_K, pin=None):
+    """`(u, c)`: the min-norm point `u` of the hull of `_field_parts` and the
+    equivalent slopes `c` `(n_K,)` of its weights; `pin = (a, bit)` restricts unit `a`
+    of `K` (a position) to the vertices with its slope `bit`."""
+    vertices = []
+    for pos, bits, grads in blocks:
+        rows = np.flatnonzero(bits[:, pos == pin[0]][:, 0] == pin[1]) if pin is not None and pin[0] in pos else None
+        vertices.append((pos, bits, grads) if rows is None else (pos, bits[rows], grads[rows]))
+    u, weights = _min_norm_sum([g for _, _, g in vertices], offset)
+    c = np.zeros(n_K)
+    for (pos, bits, _), lam in zip(vertices, weights, strict=True):
+        c[pos] = lam @ bits
+    return u, c
 
 
 def _sliding_rates(prob, ps, hmasks, pattern, K, velocities, controls):
@@ -929,34 +1001,36 @@ def _sliding_rates(prob, ps, hmasks, pattern, K, velocities, controls):
 def _one_sided_tests(prob, theta, pattern, K):
     """`(s⁺, s⁻, scale)`: the one-sided tests of every unit of `K` (module docstring,
     "Sliding and leaving") and the largest rate met."""
-    ps, hmasks, bits, grads = _field_parts(prob, theta, pattern, K)
+    ps, hmasks, offset, blocks = _field_parts(prob, theta, pattern, K)
     velocities, controls = [], []
     for a in range(len(K)):
         for bit in (1.0, 0.0):
-            idx = np.flatnonzero(bits[:, a] == bit)
-            u, lam = _min_norm_point(grads[idx])
+            u, c = _min_norm_field(offset, blocks, len(K), pin=(a, bit))
             velocities.append(-u)
-            controls.append(lam @ bits[idx])
+            controls.append(c)
     r = _sliding_rates(prob, ps, hmasks, pattern, K, np.array(velocities), np.array(controls))
     pos = np.arange(len(K))
     return r[2 * pos, K], r[2 * pos + 1, K], float(np.max(np.abs(r), initial=0.0))
 
 
-def _cut_off(prob, theta, pattern, candidates, j):
-    """Whether unit `j` (of layer >= 1) gets exactly zero input at its point and no
-    candidate below it at that point can change that: `p_j ≡ 0` with zero gradient, so
-    its slope changes nothing and it keeps its side."""
+def _cut_off(prob, theta, pattern, candidates, j, leaving=()):
+    """Whether unit `j` (of layer >= 1) gets zero input at its point and no candidate
+    below it at that point can change that: `p_j ≡ 0` with zero gradient, so its slope
+    changes nothing and it keeps its side. The units `leaving` their surfaces at this
+    event count as zero inputs too: they sit on their surfaces (to the drift of the
+    sliding they end), so `p_j` is 0 now and moves only as they move, which its event
+    tells."""
     layer, _, point = prob.layout.entry(j)
     if layer == 0:
         return False
     base = pattern.astype(np.float64)
-    base[candidates] = 0.0
+    base[list(candidates) + list(leaving)] = 0.0
     H = _surface_forward(prob.layout.unflatten(theta), prob.X, _entries_to_layers(prob.layout, base))[1]
     if np.any(H[layer][point] != 0):
         return False
     o, n = prob.layout.entry_offsets, prob.layout.n
     below = np.arange(o[layer - 1] + point, o[layer], n)  # layer - 1's units at this point
-    return not any(k in candidates and not _cut_off(prob, theta, pattern, candidates, k) for k in below)
+    return not any(k in candidates and not _cut_off(prob, theta, pattern, candidates, k, leaving) for k in below)
 
 
 def _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t):
@@ -972,7 +1046,7 @@ def _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t):
     side = np.where(pattern, 1.0, -1.0)
     near = np.flatnonzero(~prob.frozen(pattern, K) & (side * p <= band))
     slide = sorted((set(K) | set(arrived) | {int(j) for j in near}) - set(forced))
-    slide = [j for j in slide if not _cut_off(prob, theta, pattern, slide, j)]
+    slide = [j for j in slide if not _cut_off(prob, theta, pattern, slide, j, [k for k in forced if k in K])]
     for _ in range(2 * len(slide) + 2):
         if not slide:
             break
@@ -1035,23 +1109,26 @@ def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_
         key = y.tobytes()
         if key not in rhs_cache:
             rhs_cache.clear()
-            grads = _field_parts(prob, y[:-1], pattern, K_arr)[3]
-            u = _min_norm_point(grads)[0] if len(K_arr) else grads[0]
+            u = _min_norm_field(*_field_parts(prob, y[:-1], pattern, K_arr)[2:], len(K_arr))[0]
             rhs_cache[key] = np.concatenate([-u, [u @ u]])
         return rhs_cache[key]
 
     def event_values(s, y):
-        key = y.tobytes()
-        if key not in event_cache:
-            event_cache.clear()
-            p = prob.preacts(y[:-1])
-            if len(K_arr):
-                drift_log.append((s, float(np.max(np.abs(p[K_arr])))))
-                sp, sm, _ = _one_sided_tests(prob, y[:-1], pattern, K_arr)
-            else:
-                sp = sm = np.zeros(0)
-            event_cache[key] = (p, sp, sm)
-        return event_cache[key]
+        # SciPy calls every event function in turn with one state array: compare the
+        # object first (one event function per unit: hashing the state each time was most
+        # of the run on the Scale problem), its bytes only for another object.
+        if event_cache.get("y") is not y:
+            key = y.tobytes()
+            if event_cache.get("key") != key:
+                p = prob.preacts(y[:-1])
+                if len(K_arr):
+                    drift_log.append((s, float(np.max(np.abs(p[K_arr])))))
+                    sp, sm, _ = _one_sided_tests(prob, y[:-1], pattern, K_arr)
+                else:
+                    sp = sm = np.zeros(0)
+                event_cache.update(key=key, values=(p, sp, sm))
+            event_cache["y"] = y
+        return event_cache["values"]
 
     def make_event(value, direction):
         def event(s, y):
@@ -1063,13 +1140,17 @@ def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_
 
     watched = np.flatnonzero(~prob.frozen(pattern, K_arr) & ~np.isin(np.arange(prob.n_entries), K_arr))
     fns, owners = [], []
-    # A unit that starts a little past its surface (within round-off, left on its side
-    # by the last event) fires once it is past by twice that: with the offset TINY
-    # alone its event function would start on the far side of 0 and never change sign.
+    # A unit fires once it is past its surface by TINY; one that starts within round-off
+    # of it (the band of `_settle`), once it is past by that band; one that starts further
+    # past (left on its side by the last event), once it is past by twice that. With no
+    # offset its event function could start on the far side of 0 and never change sign,
+    # and a unit held at `p ≈ 0` by round-off would fire again and again at one instant
+    # (module docstring, "Events").
     p_start = prob.preacts(theta)
+    band = 16 * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(p_start), initial=0.0)))
     for j in watched:
         side = 1.0 if pattern[j] else -1.0
-        offset = max(_TINY, -2.0 * side * p_start[j])
+        offset = max(band if abs(p_start[j]) <= band else _TINY, -2.0 * side * p_start[j])
         fns.append(make_event(lambda p, sp, sm, j=j, side=side, offset=offset: p[j] + side * offset, -side))
         owners.append(("p", int(j), 0))
     for a, j in enumerate(K):
@@ -1127,8 +1208,8 @@ def filippov_flow(
     """Integrate the Filippov gradient flow of a ReLU network of any depth, sliding
     included, with SciPy's `DOP853`, a NumPy backward pass and Wolfe's min-norm point.
 
-    `θ̇ = −u`, `u` the minimum-norm element of the hull of the `2^|K|` one-sided
-    gradients of the units `K` on their surfaces, with `E(t) = ∫₀ᵗ ‖u‖² ds` integrated
+    `θ̇ = −u`, `u` the minimum-norm element of the hull of the one-sided gradients of
+    the units `K` on their surfaces, with `E(t) = ∫₀ᵗ ‖u‖² ds` integrated
     alongside; the field, the one-sided tests that decide which units slide and which
     leave to which side, and the events are derived in the module docstring ("The
     Filippov flow").
@@ -1144,13 +1225,15 @@ def filippov_flow(
     - `rtol`, `atol`: tolerances passed to `solve_ivp`.
     - `t_eval`: nondecreasing save times in `[0, t1]`, or `None` (none).
     - `max_events`: the most event resolutions before giving up with `RuntimeError`.
-    - `max_sliding`: the most units that may slide at once (each field evaluation
-      costs `2^|K|` backward passes).
+    - `max_sliding`: the most units that may slide at once. A field evaluation costs
+      `2^k` one-point backward passes for each point with `k` units on their surfaces;
+      more than 16 at one point raise `RuntimeError`.
 
     **Returns:** a [`FilippovResult`][].
 
     **Raises:** `ValueError` on malformed input; `RuntimeError` if SciPy fails, or more
-    than `max_events` events or `max_sliding` sliding units are met.
+    than `max_events` events, `max_sliding` sliding units or 16 units on their
+    surfaces at one point are met.
 
     **Example:** a depth-3 net, its events and the energy identity:
 

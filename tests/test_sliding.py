@@ -18,7 +18,7 @@ from gflow.flow import _unravel_for
 from gflow.reference import (
     _entries_to_layers,
     _Layout,
-    _min_norm_point,
+    _min_norm_sum,
     _output_gradient,
     _surface_forward,
     _tangent_preactivations,
@@ -82,7 +82,7 @@ def numpy_min_norm(params, X, Y, pattern, K, S):
         slopes = np.asarray(pattern, float).copy()
         slopes[S] = bits
         grads.append(numpy_field(params, X, Y, slopes, K)[0])
-    return _min_norm_point(np.array(grads))[0]
+    return _min_norm_sum([np.array(grads)])[0]
 
 
 @functools.lru_cache(maxsize=1)
