@@ -1033,6 +1033,11 @@ def _cut_off(prob, theta, pattern, candidates, j, leaving=()):
     return not any(k in candidates and not _cut_off(prob, theta, pattern, candidates, k, leaving) for k in below)
 
 
+def _round_off_band(p):
+    """How close to its surface a pre-activation counts as on it: `16·ε·max(1, max|p|)`."""
+    return 16 * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(p), initial=0.0)))
+
+
 def _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t):
     """The new `(pattern, K)` at a state on some surfaces (module docstring, "Events"):
     the units `forced` (`{j: side}`) go to their sides, and the units of `K`, those that
@@ -1042,7 +1047,7 @@ def _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t):
     for j, side in forced.items():
         pattern[j] = side > 0
     p = prob.preacts(theta)
-    band = 16 * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(p), initial=0.0)))
+    band = _round_off_band(p)
     side = np.where(pattern, 1.0, -1.0)
     near = np.flatnonzero(~prob.frozen(pattern, K) & (side * p <= band))
     slide = sorted((set(K) | set(arrived) | {int(j) for j in near}) - set(forced))
@@ -1147,7 +1152,7 @@ def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_
     # and a unit held at `p ≈ 0` by round-off would fire again and again at one instant
     # (module docstring, "Events").
     p_start = prob.preacts(theta)
-    band = 16 * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(p_start), initial=0.0)))
+    band = _round_off_band(p_start)
     for j in watched:
         side = 1.0 if pattern[j] else -1.0
         offset = max(band if abs(p_start[j]) <= band else _TINY, -2.0 * side * p_start[j])
