@@ -148,7 +148,28 @@ def compare(ours, ref, tol, cuts=()):
         first = dict(t=t, what=what, gflow=a and list(a), reference=b and list(b), gflow_near=near(ours),
                      reference_near=near(ref))  # fmt: skip
     return dict(matched=len(pairs), dt_events=dt, unmatched_gflow=[list(e) for e in left],
-                unmatched_reference=[list(e) for e in right], first_difference=first)  # fmt: skip
+                unmatched_reference=[list(e) for e in right], first_difference=first,
+                differences=[[a and list(a), b and list(b)] for _, _, a, b in sorted(suspects, key=lambda s: s[0])])  # fmt: skip
+
+
+def only_shared_surfaces(params, X, Y, differences, max_sliding=MAX_SLIDING):
+    """Whether every differing record (`compare`'s `differences`, pairs of gflow's and the
+    reference's events, either `None`) is of a unit on a surface it shares with a twin
+    (`shared_surface`) at the time of each side's record: then only the records differ,
+    which twin carries the sliding control or is called crossed, not the flow. `None`
+    if nothing differs."""
+    if not differences:
+        return None
+    checked = {}
+    for pair in differences:
+        for e in pair:
+            if e is not None:
+                key = (round(e[0], 12), e[1], e[3])
+                if key not in checked:
+                    checked[key] = bool(
+                        shared_surface(params, X, Y, dict(t=e[0], reference=e, gflow=None), max_sliding)
+                    )
+    return all(checked.values())
 
 
 def shared_surface(params, X, Y, difference, max_sliding=MAX_SLIDING, tol=1e-12):
@@ -252,6 +273,7 @@ def run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, s
         )  # fmt: skip
         if row["first_difference"] and not failed:
             row["first_difference"]["shared_with"] = shared_surface(params, X, Y, row["first_difference"], sliding[0])
+        row["labels_only"] = None if failed else only_shared_surfaces(params, X, Y, row["differences"], sliding[0])
         if sol_tight is not None:
             st = sol_tight[b]
             row["dtheta_tight"] = max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(st.params, ref.params))
@@ -345,6 +367,8 @@ def main(argv=None):
         dt_events_max_agreeing=max((r["dt_events"] for r in agree), default=None),
         energy_defect_max=max(r["energy_defect"] for r in rows), mode_gap_max=max(r["mode_gap"] for r in rows),
         most_sliding_min=min((r["most_sliding_reference"] for r in compared), default=0),
+        weights_agree=sum(r["dtheta"] <= args.tol for r in compared),
+        labels_only=[(r["shape"], r["seed"]) for r in rows if r not in agree and r["labels_only"] and r["dtheta"] <= args.tol],
     )  # fmt: skip
     if tight:
         summary["agree_tight"] = sum(r["agree_tight"] for r in rows)
@@ -354,6 +378,9 @@ def main(argv=None):
           f"{summary['dtheta_max_agreeing'] or 0:.1e}, {summary['dt_events_max_agreeing'] or 0:.1e}); energy defect "
           f"≤ {summary['energy_defect_max']:.1e}; mode gap ≤ {summary['mode_gap_max']:.1e}; disagree: "
           f"{summary['disagree']}; the reference raised on {summary['reference_failed']}")  # fmt: skip
+    print(f"weights agree to {args.tol:g} on {summary['weights_agree']} of {len(compared)}; of the problems that "
+          f"disagree, every differing record is of a unit on a surface shared with a twin (a label) on "
+          f"{summary['labels_only']}")  # fmt: skip
     if tight:
         print(f"at rtol {tight[0]:g}, atol {tight[1]:g}: {summary['agree_tight']} of {summary['problems']} agree; "
               f"disagree: {summary['disagree_tight']}")  # fmt: skip

@@ -125,18 +125,30 @@ round-off, or by twice as far as it started past it: a unit held at `p ≈ 0` by
 would otherwise fire again and again at one instant (a depth-3 net on the logistic loss
 in `tests/test_reference_deep.py`: 10,000 events at `t = 1.2466`).
 
-SciPy looks for sign changes of the event functions at the ends of its steps only,
-so a unit that crosses at an event and comes back within the next step would be
-missed (depth 4, teacher seed 149 of `benchmarks/filippov`: a unit crossed to its
-active side at `t = 0.6516`, its `p` rose to 8e-9 and fell back through 0 at
-`0.6524`, inside SciPy's first step, and the run went on with the unit active at
-`p = −5e-6`). After a crossing the integration therefore starts with a step of
-`_FIRST_STEP·max(1, t)`, from which DOP853 grows its steps by at most 10× each, so
-that step ends fall inside any such excursion longer than about ten times that step.
+SciPy's `solve_ivp` looks for sign changes of the event functions at the ends of its
+steps only, so a unit whose `p` crosses its surface and comes back within one step is
+missed. The segments are therefore integrated by a loop over `DOP853` steps that applies
+SciPy's rule (a sign change in the event's direction, its root by `brentq` on the dense
+output) to the watched pre-activations at `_SAMPLES` evenly spaced points of each step,
+and to the sliding units' tests, each a min-norm solve, at the step's ends. The 20-point
+Scale problem of `benchmarks/deep_scale` meets such an excursion: unit `(8, 2, 13)` rises
+through its surface at `t = 0.45541`, peaks at `p = 8e-6` and comes back at about
+`0.4577`, inside one step of `solve_ivp`, which went on with the unit inactive at
+`p > 0`. An excursion shorter than an eighth of a step can still be missed. Right after a
+crossing the unit's own excursion can be shorter still (depth 4, teacher seed 149 of
+`benchmarks/filippov`: a unit crossed to its active side at `t = 0.6516`, its `p` rose to
+8e-9 and fell back through 0 at `0.6524`), so after a crossing the integration starts with
+a step of `_FIRST_STEP·max(1, t)`, from which DOP853 grows its steps by at most 10× each.
 (Starting every integration so, after sliding events too, made two of
 `benchmarks/filippov`'s problems chatter: more than 10,000 events.)
 
-At an event, the unit whose test fired goes to its side, and every other unit of
+At an event, the unit whose test fired goes to its side, and with it its twins: the
+units of `K` of the same neuron whose input at their point is a positive multiple of its
+own, whose pre-activations are therefore a positive multiple of its own and share its
+surface (a bias-free net meets this where, say, one unit is the only live input to a
+layer at two points; depth 3, teacher seed 53 of `benchmarks/filippov` at
+`t = 0.2937677`, where deciding the twin by its own tests sent it to the other side: the
+tests pin twins to one side together). Every other unit of
 `K`, the unit that arrived, and every unit within round-off (`16·ε·max(1, max|p|)`)
 of its surface or past it becomes a candidate for `K`, except a unit cut off from
 the data: every input to it at its point is inactive, a candidate, or a sliding unit
@@ -168,6 +180,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.integrate
+import scipy.optimize
 import scipy.special
 
 jax.config.update("jax_enable_x64", True)
@@ -198,6 +211,10 @@ _MAX_PER_POINT = 16  # units on their surfaces at one point: 2^16 slope patterns
 
 # First step after a crossing, relative to max(1, t) (module docstring, "Events").
 _FIRST_STEP = 1e-6
+# Points of each step at which the watched pre-activations are checked (module docstring,
+# "Events").
+_SAMPLES = 8
+_EPS = np.finfo(np.float64).eps
 
 # Largest n·d_l·d_{l-1} for which a layer is computed by broadcast-and-sum in JAX
 # rather than a matrix product (measured crossover on XLA:CPU: 2000-8000).
@@ -975,12 +992,12 @@ def _field_parts(prob, theta, pattern, K):
 
 def _min_norm_field(offset, blocks, n_K, pin=None):
     """`(u, c)`: the min-norm point `u` of the hull of `_field_parts` and the
-    equivalent slopes `c` `(n_K,)` of its weights; `pin = (a, bit)` restricts unit `a`
-    of `K` (a position) to the vertices with its slope `bit`."""
+    equivalent slopes `c` `(n_K,)` of its weights; `pin = (positions, bit)` restricts
+    those units of `K` to the vertices with slope `bit`."""
     vertices = []
     for pos, bits, grads in blocks:
-        rows = np.flatnonzero(bits[:, pos == pin[0]][:, 0] == pin[1]) if pin is not None and pin[0] in pos else None
-        vertices.append((pos, bits, grads) if rows is None else (pos, bits[rows], grads[rows]))
+        rows = slice(None) if pin is None else np.all(bits[:, np.isin(pos, pin[0])] == pin[1], axis=1)
+        vertices.append((pos, bits[rows], grads[rows]))
     u, weights = _min_norm_sum([g for _, _, g in vertices], offset)
     c = np.zeros(n_K)
     for (pos, bits, _), lam in zip(vertices, weights, strict=True):
@@ -1000,17 +1017,57 @@ def _sliding_rates(prob, ps, hmasks, pattern, K, velocities, controls):
 
 def _one_sided_tests(prob, theta, pattern, K):
     """`(s⁺, s⁻, scale)`: the one-sided tests of every unit of `K` (module docstring,
-    "Sliding and leaving") and the largest rate met."""
+    "Sliding and leaving") and the largest rate met. Twins (`_twin_classes`) share one
+    surface: they are pinned to one side together and share the tests of the one with
+    the largest rates (the others' are positive multiples of them)."""
     ps, hmasks, offset, blocks = _field_parts(prob, theta, pattern, K)
+    classes = _twin_classes(prob, theta, pattern, K)
     velocities, controls = [], []
-    for a in range(len(K)):
+    for positions in classes:
         for bit in (1.0, 0.0):
-            u, c = _min_norm_field(offset, blocks, len(K), pin=(a, bit))
+            u, c = _min_norm_field(offset, blocks, len(K), pin=(positions, bit))
             velocities.append(-u)
             controls.append(c)
     r = _sliding_rates(prob, ps, hmasks, pattern, K, np.array(velocities), np.array(controls))
-    pos = np.arange(len(K))
-    return r[2 * pos, K], r[2 * pos + 1, K], float(np.max(np.abs(r), initial=0.0))
+    sp, sm = np.zeros(len(K)), np.zeros(len(K))
+    for q, positions in enumerate(classes):
+        for s, row in ((sp, r[2 * q, K[positions]]), (sm, r[2 * q + 1, K[positions]])):
+            s[positions] = row[np.argmax(np.abs(row))]
+    return sp, sm, float(np.max(np.abs(r), initial=0.0))
+
+
+def _parallel(u, v):
+    """Whether `u` and `v` are nonzero and positive multiples of each other, to round-off:
+    their directions `1e-12` apart at most (`1 − cos` is too coarse: computed to `ε`)."""
+    nu, nv = np.linalg.norm(u), np.linalg.norm(v)
+    return nu > 0 and nv > 0 and np.linalg.norm(u / nu - v / nv) <= 1e-12
+
+
+def _twin_classes(prob, theta, pattern, K):
+    """The units of `K` grouped by surface, as lists of positions in `K`: twins are units
+    of one neuron at points whose inputs are positive multiples of each other (to
+    round-off, the units of `K` counted as zero inputs), so that their pre-activations
+    are positive multiples of each other while the pattern holds and vanish together (for
+    instance where one unit is the only live input to a layer at two points; module
+    docstring, "Events")."""
+    base = pattern.astype(np.float64)
+    base[np.asarray(K, dtype=int)] = 0.0
+    H = _surface_forward(prob.layout.unflatten(theta), prob.X, _entries_to_layers(prob.layout, base))[1]
+    entries = [prob.layout.entry(k) for k in K]
+    classes, placed = [], set()
+    for a, (layer, neuron, point) in enumerate(entries):
+        if a in placed:
+            continue
+        classes.append([a])
+        for b in range(a + 1, len(K)):
+            if (
+                b not in placed
+                and entries[b][:2] == (layer, neuron)
+                and _parallel(H[layer][point], H[layer][entries[b][2]])
+            ):
+                classes[-1].append(b)
+                placed.add(b)
+    return [np.array(c) for c in classes]
 
 
 def _cut_off(prob, theta, pattern, candidates, j, leaving=()):
@@ -1040,10 +1097,15 @@ def _round_off_band(p):
 
 def _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t):
     """The new `(pattern, K)` at a state on some surfaces (module docstring, "Events"):
-    the units `forced` (`{j: side}`) go to their sides, and the units of `K`, those that
-    `arrived` and those within round-off of their surfaces are decided by the one-sided
-    tests until every unit left in `K` slides."""
+    the units `forced` (`{j: side}`) go to their sides with their twins
+    (`_twin_classes`), and the units of `K`, those that `arrived` and those within
+    round-off of their surfaces are decided by the one-sided tests, twins together, until
+    every unit left in `K` slides."""
     pattern = pattern.copy()
+    forced = dict(forced)
+    for positions in _twin_classes(prob, theta, pattern, np.asarray(K, dtype=int)):
+        side = [forced[K[a]] for a in positions if K[a] in forced]
+        forced.update((K[a], side[0]) for a in positions if side)
     for j, side in forced.items():
         pattern[j] = side > 0
     p = prob.preacts(theta)
@@ -1076,8 +1138,9 @@ def _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t):
         margin = np.where(active, np.abs(sp), np.abs(sm))
         margin[slides] = -1.0
         a = int(np.argmax(margin))
-        pattern[slide[a]] = bool(active[a])
-        del slide[a]
+        twins = next(c for c in _twin_classes(prob, theta, pattern, np.array(slide)) if a in c)
+        pattern[[slide[b] for b in twins]] = bool(active[a])
+        slide = [j for b, j in enumerate(slide) if b not in twins]
     else:
         raise RuntimeError(f"filippov_flow: the sliding set did not settle at t={t}.")
     return pattern, slide
@@ -1101,14 +1164,76 @@ def _changes(prob, t, pattern0, K0, pattern, K):
     return out
 
 
+class _Segment(typing.NamedTuple):
+    """What `_filippov_segment` integrated: `status` 0 (reached `t1`), 1 (an event: `event`,
+    its index) or −1 (DOP853 failed: `message`); `t`, `y` where it stopped; `dense` the
+    solution over the segment; `nfev` the field's evaluations."""
+
+    status: int
+    t: float
+    y: np.ndarray
+    event: int | None
+    dense: scipy.integrate.OdeSolution
+    nfev: int
+    message: str
+
+
+def _first_root(value, sol, t_old, t_new, g_old, g_new, directions):
+    """The earliest root in `[t_old, t_new]` of the event functions `value(s, y)` (an array)
+    whose values cross zero in their directions from `g_old` to `g_new` (SciPy's rule,
+    roots by `brentq` on the dense output `sol`): `(t, k)`, or `None`."""
+    up, down = (g_old <= 0) & (g_new >= 0), (g_old >= 0) & (g_new <= 0)
+    roots = [
+        (scipy.optimize.brentq(lambda s, k=k: value(s, sol(s))[k], t_old, t_new, xtol=4 * _EPS, rtol=4 * _EPS), k)
+        for k in np.flatnonzero(up & (directions > 0) | down & (directions < 0))
+    ]
+    return min(roots, default=None)
+
+
+def _to_first_event(rhs, t, y0, t1, rtol, atol, first_step, watched, tested):
+    """DOP853 from `t` towards `t1`, stopped at the first event (module docstring,
+    "Events"). `watched(s, y)` and `tested(s, y)` are the values of the two kinds of event
+    function, each an array of `(values, directions)`: `watched` ones (cheap, a unit's
+    `p`) are compared at `_SAMPLES` points of each step's dense output, `tested` ones (a
+    sliding unit's one-sided tests, each a min-norm solve) at its ends, as SciPy does;
+    their event indices follow the watched ones'. Returns a `_Segment`."""
+    solver = scipy.integrate.DOP853(rhs, t, y0, t1, rtol=rtol, atol=atol, first_step=first_step)
+    ts, pieces = [t], []
+    gw, dw = watched(t, y0)
+    gt, dt = tested(t, y0)
+    while solver.status == "running":
+        message = solver.step()
+        if solver.status == "failed":
+            return _Segment(-1, solver.t, solver.y, None, None, solver.nfev, message)
+        piece, t_old = solver.dense_output(), solver.t_old
+        hit, s_old = None, t_old
+        for s in np.linspace(t_old, solver.t, _SAMPLES + 1)[1:]:
+            gw_new = watched(s, solver.y if s == solver.t else piece(s))[0]
+            hit = _first_root(lambda s, y: watched(s, y)[0], piece, s_old, s, gw, gw_new, dw)
+            gw, s_old = gw_new, s
+            if hit is not None:
+                break
+        gt_new = tested(solver.t, solver.y)[0]
+        hit_t = _first_root(lambda s, y: tested(s, y)[0], piece, t_old, solver.t, gt, gt_new, dt)
+        gt = gt_new
+        if hit_t is not None and (hit is None or hit_t[0] < hit[0]):
+            hit = (hit_t[0], len(gw) + hit_t[1])
+        pieces.append(piece)
+        ts.append(solver.t if hit is None else hit[0])
+        if hit is not None:
+            dense = scipy.integrate.OdeSolution(ts, pieces)
+            return _Segment(1, hit[0], piece(hit[0]), int(hit[1]), dense, solver.nfev, "")
+    return _Segment(0, solver.t, solver.y, None, scipy.integrate.OdeSolution(ts, pieces), solver.nfev, "")
+
+
 def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_step):
-    """One `solve_ivp` call of `(θ, E)` from `t` with `K` and the pattern fixed, stopped by
-    the first event (module docstring, "Events"). Returns `(sol, owners, drift_log)`:
-    `owners[k]` names event function `k` (`("p", j, 0)`: unit `j` reaches its surface;
+    """One DOP853 integration of `(θ, E)` from `t` with `K` and the pattern fixed, stopped
+    by the first event (module docstring, "Events"). Returns `(segment, owners,
+    drift_log)`: `owners[k]` names event `k` (`("p", j, 0)`: unit `j` reaches its surface;
     `("s", j, ±1)`: sliding unit `j` leaves to that side), `drift_log` the `(s, max_K |p|)`
-    met at the event functions' evaluations."""
+    met where the tests were evaluated."""
     K_arr = np.array(K, dtype=int)
-    rhs_cache, event_cache, drift_log = {}, {}, []
+    rhs_cache, drift_log = {}, []
 
     def rhs(s, y):
         key = y.tobytes()
@@ -1118,33 +1243,7 @@ def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_
             rhs_cache[key] = np.concatenate([-u, [u @ u]])
         return rhs_cache[key]
 
-    def event_values(s, y):
-        # SciPy calls every event function in turn with one state array: compare the
-        # object first (one event function per unit: hashing the state each time was most
-        # of the run on the Scale problem), its bytes only for another object.
-        if event_cache.get("y") is not y:
-            key = y.tobytes()
-            if event_cache.get("key") != key:
-                p = prob.preacts(y[:-1])
-                if len(K_arr):
-                    drift_log.append((s, float(np.max(np.abs(p[K_arr])))))
-                    sp, sm, _ = _one_sided_tests(prob, y[:-1], pattern, K_arr)
-                else:
-                    sp = sm = np.zeros(0)
-                event_cache.update(key=key, values=(p, sp, sm))
-            event_cache["y"] = y
-        return event_cache["values"]
-
-    def make_event(value, direction):
-        def event(s, y):
-            return value(*event_values(s, y))
-
-        event.terminal = True
-        event.direction = direction
-        return event
-
     watched = np.flatnonzero(~prob.frozen(pattern, K_arr) & ~np.isin(np.arange(prob.n_entries), K_arr))
-    fns, owners = [], []
     # A unit fires once it is past its surface by TINY; one that starts within round-off
     # of it (the band of `_settle`), once it is past by that band; one that starts further
     # past (left on its side by the last event), once it is past by twice that. With no
@@ -1153,28 +1252,25 @@ def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_
     # (module docstring, "Events").
     p_start = prob.preacts(theta)
     band = _round_off_band(p_start)
-    for j in watched:
-        side = 1.0 if pattern[j] else -1.0
-        offset = max(band if abs(p_start[j]) <= band else _TINY, -2.0 * side * p_start[j])
-        fns.append(make_event(lambda p, sp, sm, j=j, side=side, offset=offset: p[j] + side * offset, -side))
-        owners.append(("p", int(j), 0))
-    for a, j in enumerate(K):
-        fns.append(make_event(lambda p, sp, sm, a=a: sp[a], 1.0))
-        owners.append(("s", int(j), 1))
-        fns.append(make_event(lambda p, sp, sm, a=a: sm[a], -1.0))
-        owners.append(("s", int(j), -1))
-    sol = scipy.integrate.solve_ivp(
-        rhs,
-        (t, t1),
-        np.concatenate([theta, [energy]]),
-        method="DOP853",
-        rtol=rtol,
-        atol=atol,
-        events=fns or None,
-        dense_output=True,
-        first_step=first_step,
+    side = np.where(pattern[watched], 1.0, -1.0)
+    offset = np.maximum(np.where(np.abs(p_start[watched]) <= band, band, _TINY), -2.0 * side * p_start[watched])
+
+    def watched_values(s, y):
+        return prob.preacts(y[:-1])[watched] + side * offset, -side
+
+    def tested_values(s, y):
+        if not len(K_arr):
+            return np.zeros(0), np.zeros(0)
+        p = prob.preacts(y[:-1])
+        drift_log.append((s, float(np.max(np.abs(p[K_arr])))))
+        sp, sm, _ = _one_sided_tests(prob, y[:-1], pattern, K_arr)
+        return np.stack([sp, sm], axis=1).reshape(-1), np.tile([1.0, -1.0], len(K_arr))
+
+    owners = [("p", int(j), 0) for j in watched] + [("s", int(j), d) for j in K for d in (1, -1)]
+    segment = _to_first_event(
+        rhs, t, np.concatenate([theta, [energy]]), t1, rtol, atol, first_step, watched_values, tested_values
     )
-    return sol, owners, drift_log
+    return segment, owners, drift_log
 
 
 def _check_t_eval(t_eval, t1):
@@ -1227,7 +1323,7 @@ def filippov_flow(
     - `t1`: the final time, `>= 0`.
     - `loss`: one of `"square"`, `"mse"`, `"exponential"`, `"logistic"`.
     - `weight_decay`: `λ >= 0`; the flow is that of `L + (λ/2)‖θ‖²`.
-    - `rtol`, `atol`: tolerances passed to `solve_ivp`.
+    - `rtol`, `atol`: DOP853's tolerances.
     - `t_eval`: nondecreasing save times in `[0, t1]`, or `None` (none).
     - `max_events`: the most event resolutions before giving up with `RuntimeError`.
     - `max_sliding`: the most units that may slide at once. A field evaluation costs
@@ -1259,26 +1355,22 @@ def filippov_flow(
     events = _changes(prob, 0.0, prob.preacts(theta) > 0, [], pattern, K)
     first_step = None  # SciPy's own choice, except after a crossing (module docstring, "Events")
     while t < t1:
-        sol, owners, drift_log = _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_step)
-        nfev += int(sol.nfev)
-        if sol.status == -1:
-            raise RuntimeError(f"filippov_flow: solve_ivp failed at t={t}: {sol.message}")
-        t_end = float(sol.t[-1]) if sol.status == 0 else min(float(te[0]) for te in sol.t_events if len(te))
+        seg, owners, drift_log = _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_step)
+        nfev += int(seg.nfev)
+        if seg.status == -1:
+            raise RuntimeError(f"filippov_flow: DOP853 failed at t={seg.t}: {seg.message}")
         # Sliding units leave their surfaces after a leaving event: judge the drift before it.
-        drift = max([drift] + [v for s_log, v in drift_log if s_log <= t_end])
-        for s in t_eval[len(saved) :][t_eval[len(saved) :] <= t_end]:
-            y_save = sol.sol(s)
+        drift = max([drift] + [v for s_log, v in drift_log if s_log <= seg.t])
+        for s in t_eval[len(saved) :][t_eval[len(saved) :] <= seg.t]:
+            y_save = seg.dense(s)
             saved.append((s, prob.loss_of(prob.layout.unflatten(y_save[:-1])), y_save[-1]))
-        if sol.status == 0:
-            theta, energy, t = sol.y[:-1, -1], float(sol.y[-1, -1]), float(sol.t[-1])
+        theta, energy, t = seg.y[:-1], float(seg.y[-1]), float(seg.t)
+        if seg.status == 0:
             break
-        t_event, k = min((te[0], k) for k, te in enumerate(sol.t_events) if len(te))
-        y_event = np.array(sol.y_events[k][0])
-        theta, energy, t = y_event[:-1], float(y_event[-1]), float(t_event)
         n_events += 1
         if n_events > max_events:
             raise RuntimeError(f"filippov_flow: more than max_events={max_events} events before t={t} (t1={t1}).")
-        what, j, side = owners[k]
+        what, j, side = owners[seg.event]
         first_step = min(_FIRST_STEP * max(1.0, t), t1 - t) if what == "p" and t < t1 else None
         if len(K):
             drift = max(drift, float(np.max(np.abs(prob.preacts(theta)[np.array(K)]))))

@@ -9,6 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
+import scipy.integrate
 import scipy.optimize
 from conftest import max_diff
 
@@ -16,6 +17,7 @@ from benchmarks.filippov import PROBLEMS, teacher_problem  # the benchmark's pro
 from gflow.reference import _min_norm_sum, balance_drift, filippov_flow, preactivations, scipy_flow
 
 RTOL, ATOL = 1e-12, 1e-14  # filippov_flow's default tolerances
+KEYED = ("cross", "slide_start", "slide_end")  # gflow's touch/repel/cut have no counterpart
 
 
 # --------------------------------------------------------------------------------------
@@ -227,6 +229,27 @@ def test_a_unit_that_crosses_and_comes_back_within_one_step_is_caught():
         assert (abs(value) <= 1e-9) if s == 0 else (s * value > -1e-9), ((layer, j, i), s, value)
 
 
+def test_an_excursion_inside_one_step_ends_the_segment_at_its_first_root():
+    """``θ̇ = 1`` from 0 to 1, a watched value ``0.01 − (θ − 1/2)²``, positive on
+    ``(0.4, 0.6)`` only: DOP853 integrates the constant field in growing steps, one of
+    them from 0.25 to 0.72, so SciPy's ``solve_ivp``, which compares event signs at step
+    ends, never sees the excursion; the reference's segment loop also compares them inside
+    each step and stops at the first root, ``0.4`` (closed form)."""
+    from gflow.reference import _to_first_event
+
+    rhs = lambda s, y: np.ones(1)  # noqa: E731
+    bump = lambda s, y: 0.01 - (y[0] - 0.5) ** 2  # noqa: E731
+    bump.terminal, bump.direction = True, 1.0
+    missed = scipy.integrate.solve_ivp(rhs, (0.0, 1.0), [0.0], method="DOP853", rtol=RTOL, atol=ATOL, events=bump)
+    assert missed.status == 0 and len(missed.t_events[0]) == 0  # the step-end check alone misses it
+    none = lambda s, y: (np.zeros(0), np.zeros(0))  # noqa: E731
+    watched = lambda s, y: (np.array([bump(s, y)]), np.array([1.0]))  # noqa: E731
+    segment = _to_first_event(rhs, 0.0, np.zeros(1), 1.0, RTOL, ATOL, None, watched, none)
+    assert (segment.status, segment.event) == (1, 0)
+    assert abs(segment.t - 0.4) <= 1e-12 and abs(segment.y[0] - 0.4) <= 1e-12
+    assert abs(segment.dense(0.2)[0] - 0.2) <= 1e-12
+
+
 def test_a_unit_back_at_its_surface_inside_its_round_off_band_is_timed_at_the_surface():
     """The same problem in gflow: unit (2, 1, 5) comes back to its surface without having
     left gflow's round-off band since its crossing, where its guard fires only once it is
@@ -327,11 +350,10 @@ def min_norm_speed(params, X, Y, modes):
 def assert_same_events_and_weights(sol, ref):
     """gflow's crossings, slide starts and slide ends are the reference's events, each
     within 1e-6 in time; the final weights agree to 1e-6; the energy identity holds."""
-    keyed = ("cross", "slide_start", "slide_end")  # gflow's touch/repel/cut have no counterpart
     ours = sorted(
         ((r["layer"], r["neuron"], r["point"], r["kind"], r["direction"]), r["t"])
         for r in sol.crossings.rows()
-        if r["kind"] in keyed
+        if r["kind"] in KEYED
     )
     theirs = sorted(((e.layer, e.neuron, e.point, e.kind, e.side), e.t) for e in ref.events)
     assert [k for k, _ in ours] == [k for k, _ in theirs]
@@ -386,11 +408,15 @@ def test_slide_against_gflow_depth2(authors_seed5):
 # --------------------------------------------------------------------------------------
 
 # Depth 3, 5 points, t1 = 5: seeds on which filippov_flow has >= 3 units sliding at once.
-# Seed 53 (same shape) is left out: gflow and the reference part at t = 0.0547650, where
-# units (1, 2, 2) and (1, 2, 4) reach their common surface together (at both points only
-# first-layer neuron 1 is active, so both pre-activations are positive multiples of
-# W_2[2, 1]); see benchmarks/README.md, `filippov`.
-MANY_AT_ONCE3 = dict(widths=(3, 4, 4, 1), n=5, seeds=(9, 30, 127, 149, 304))
+MANY_AT_ONCE3 = dict(widths=(3, 4, 4, 1), n=5, seeds=(9, 30, 53, 127, 149, 304))
+# Seed 53: units (1, 2, 2) and (1, 2, 4) share one surface from t = 0.0547650 (at both
+# points only first-layer neuron 1 is active, so both pre-activations are positive
+# multiples of W_2[2, 1]). The reference slides them together and at t = 0.2937677 both
+# leave to the inactive side; gflow records a slide of (1, 2, 4) alone until t = 0.17316
+# and then of (1, 2, 2). Which twin carries the records is a label, not the flow: the
+# other records and the weights must agree. (0.5.1's reference decided the twins apart at
+# 0.2937677 and its weights were 0.19 from gflow's at t = 5.)
+TWINS3 = {53: {(1, 2, 2), (1, 2, 4)}}
 
 
 def test_deep_engine_against_filippov_flow_with_three_sliding_at_once():
@@ -408,7 +434,17 @@ def test_deep_engine_against_filippov_flow_with_three_sliding_at_once():
         ref = filippov_flow(params, Xb, Yb, t1=5.0, max_sliding=10)
         assert most_sliding_at_once(ref.events) >= 3, seed
         assert sol[b].status == gflow.Status.REACHED_T1, seed
-        assert_same_events_and_weights(sol[b], ref)
+        if seed in TWINS3:
+            ours = [(r["layer"], r["neuron"], r["point"], r["kind"], r["t"]) for r in sol[b].crossings.rows()]
+            theirs = [(e.layer, e.neuron, e.point, e.kind, e.t) for e in ref.events]
+            ours, theirs = (
+                [e for e in events if e[:3] not in TWINS3[seed] and e[3] in KEYED] for events in (ours, theirs)
+            )
+            assert [e[:4] for e in ours] == [e[:4] for e in theirs], seed
+            assert max(abs(a[4] - b[4]) for a, b in zip(ours, theirs, strict=True)) <= 1e-6, seed
+            assert max_diff(sol[b].params, ref.params) <= 1e-6 and ref.energy_defect <= 1e-9, seed
+        else:
+            assert_same_events_and_weights(sol[b], ref)
         # The speed at the end is the least-norm point of the one-sided gradients' hull.
         end = [np.asarray(W) for W in sol[b].params]
         assert sol[b].grad_norm == pytest.approx(min_norm_speed(end, Xb, Yb, sol[b].final_modes), rel=1e-8), seed
