@@ -1036,6 +1036,14 @@ def _one_sided_tests(prob, theta, pattern, K):
     return sp, sm, float(np.max(np.abs(r), initial=0.0))
 
 
+def _layer_inputs(prob, theta, pattern, zero):
+    """The inputs of every weight matrix by the pattern (`H[l]` that of `params[l]`, one
+    row per point, `H[0] = X`), the units `zero` (on their surfaces) giving 0."""
+    base = pattern.astype(np.float64)
+    base[np.asarray(zero, dtype=int)] = 0.0
+    return _surface_forward(prob.layout.unflatten(theta), prob.X, _entries_to_layers(prob.layout, base))[1]
+
+
 def _parallel(u, v):
     """Whether `u` and `v` are nonzero and positive multiples of each other, to round-off:
     their directions `1e-12` apart at most (`1 − cos` is too coarse: computed to `ε`)."""
@@ -1050,9 +1058,7 @@ def _twin_classes(prob, theta, pattern, K):
     are positive multiples of each other while the pattern holds and vanish together (for
     instance where one unit is the only live input to a layer at two points; module
     docstring, "Events")."""
-    base = pattern.astype(np.float64)
-    base[np.asarray(K, dtype=int)] = 0.0
-    H = _surface_forward(prob.layout.unflatten(theta), prob.X, _entries_to_layers(prob.layout, base))[1]
+    H = _layer_inputs(prob, theta, pattern, K)
     entries = [prob.layout.entry(k) for k in K]
     classes, placed = [], set()
     for a, (layer, neuron, point) in enumerate(entries):
@@ -1080,9 +1086,7 @@ def _cut_off(prob, theta, pattern, candidates, j, leaving=()):
     layer, _, point = prob.layout.entry(j)
     if layer == 0:
         return False
-    base = pattern.astype(np.float64)
-    base[list(candidates) + list(leaving)] = 0.0
-    H = _surface_forward(prob.layout.unflatten(theta), prob.X, _entries_to_layers(prob.layout, base))[1]
+    H = _layer_inputs(prob, theta, pattern, list(candidates) + list(leaving))
     if np.any(H[layer][point] != 0):
         return False
     o, n = prob.layout.entry_offsets, prob.layout.n
