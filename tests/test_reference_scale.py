@@ -4,8 +4,8 @@ sliding units come within a quarter of a time unit.
 
 The reference's events come from `benchmarks/results/filippov_scale.json`, written by
 `python -m benchmarks.filippov --shapes scale` (`gflow.reference.filippov_flow`, SciPy
-DOP853 at rtol 1e-12, atol 1e-14, min-norm point of the `2^K` one-sided gradients by
-Wolfe's algorithm: no code shared with the engine; about 4 minutes, so it is not rerun
+DOP853 at rtol 1e-12, atol 1e-14, min-norm point of the one-sided gradients' hull by
+Wolfe's algorithm: no code shared with the engine; 10 to 20 minutes, so it is not rerun
 here). The reference is deterministic NumPy and SciPy: its events do not depend on gflow.
 """
 
