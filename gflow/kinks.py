@@ -25,6 +25,8 @@ Depth 2 has its own rule, 0.2.4's (:meth:`gflow.events.System.handle`).
 
 from __future__ import annotations
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -236,21 +238,29 @@ def settle(system, y, data, before, mode, control, involved, rtol, atol):
     pre-activation the event moved are looked at, and none ``involved`` in it (handled,
     still pending or sliding: they sit at their surfaces, where their rates decide):
     others are left to their guards, which allow a unit that has just touched its surface
-    to sit within its band on the other side. Returns ``(mode, (mask, kind, direction))``."""
+    to sit within its band on the other side. Returns ``(mode, (mask, kind, direction))``.
+
+    The layers are one loop (its body a full forward pass, the layer an index), so the
+    program does not grow with the depth."""
     n, widths = system.n, system.hidden_widths
     layer = jnp.asarray(np.repeat(np.arange(len(widths)), [d * n for d in widths]))
     p_before = system.preacts(y, data, system.base_slopes(before, control), held=True)
-    mask, kind, direction = (jnp.zeros(system.P, t) for t in (bool, jnp.int32, jnp.int32))
-    for ell in range(1, len(widths)):  # the first layer's pre-activations depend on no mode
+
+    def one_layer(ell, carry):
+        mode, mask, kind, direction = carry
         p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
         here = (layer == ell) & ~involved & (p != p_before)
         mode, up, down = to_their_side(mode, here, p, _noise(p, rtol, atol))
         cut = system.cut(mode)[0] & (mode != INACTIVE) & ~involved
         mode = jnp.where(cut, INACTIVE, mode).astype(mode.dtype)
-        mask = mask | up | down | cut
         kind = jnp.where(up | down, int(Kind.CROSS), jnp.where(cut, int(Kind.CUT), kind))
         direction = jnp.where(up, 1, jnp.where(down | cut, -1, direction))
-    return mode, (mask, kind, direction)
+        return mode, mask | up | down | cut, kind, direction
+
+    # The first layer's pre-activations depend on no mode.
+    empty = tuple(jnp.zeros(system.P, t) for t in (bool, jnp.int32, jnp.int32))
+    mode, *records = jax.lax.fori_loop(1, len(widths), one_layer, (mode, *empty))
+    return mode, tuple(records)
 
 
 def onto_surfaces(system, y, data, mode, control, floor):
@@ -268,17 +278,30 @@ def onto_surfaces(system, y, data, mode, control, floor):
     recomputed with the modes' slopes for the next. Each invariant then moves by
     ``‖Δ‖²``-sized terms, ``(|p|/‖h‖)²``: 1e-14 for a unit 1.5e-7 off with ``‖h‖ = 1.3``
     (the 20-point Scale problem), where the surface rows alone moved the invariants
-    below by 2e-8."""
+    below by 2e-8. Consecutive layers of one shape above the first are one loop, so
+    the program does not grow with the depth."""
     X = jnp.asarray(data[0])
     params = system.unravel(y)
     slopes = system._slope_list(system.base_slopes(mode, control))
     sliding = system._slope_list(mode == SLIDING)
-    h, moved = X, []
-    for layer, (W, s, on) in enumerate(zip(params[:-1], slopes, sliding)):
+
+    def one_layer(h, W, s, on, columns=True):
         p = _times_transpose(h, W, system.small)  # [point, neuron]
-        W = W + _least_move(W, h, (on & (jnp.abs(p) > floor)).T, p.T, columns=layer > 0)
-        moved.append(W)
-        h = s * _times_transpose(h, W, system.small)
+        W = W + _least_move(W, h, (on & (jnp.abs(p) > floor)).T, p.T, columns=columns)
+        return s * _times_transpose(h, W, system.small), W
+
+    layers = list(zip(params[:-1], slopes, sliding))
+    h, W = one_layer(X, *layers[0], columns=False)
+    moved = [W]
+    for _, run in itertools.groupby(layers[1:], key=lambda layer: layer[0].shape):
+        run = list(run)
+        if len(run) == 1:
+            h, W = one_layer(h, *run[0])
+            moved.append(W)
+        else:
+            stacked = [jnp.stack(parts) for parts in zip(*run)]
+            h, Ws = jax.lax.scan(lambda h, layer: one_layer(h, *layer), h, stacked)
+            moved.extend(Ws)
     flat = jnp.concatenate([W.reshape(-1) for W in moved + [params[-1]]])
     return jnp.concatenate([flat, y[flat.shape[0] :]])
 

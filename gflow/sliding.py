@@ -130,10 +130,10 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
     """Deep networks' sliding controls, from the last controls ``c``: chord iterations, then
     Newton's method if they have not converged. The rates are multilinear in the controls
     and ``c`` is close, so the chord (one Jacobian, :meth:`System.rates_jacobian`, carried
-    in ``chord`` from a nearby state, :meth:`System.chord`) converges in a few steps of one
-    rate evaluation each, where each Newton step pays for a new Jacobian. Without
-    ``chord`` (the kink decision's last solve), Newton's method from ``c``: a chord's own
-    Jacobian would be one more copy of it in the compiled program.
+    in ``chord`` from a nearby state, :meth:`System.chord`; :func:`_chord`) converges in a
+    few steps of one rate evaluation each, where each Newton step pays for a new Jacobian.
+    Without ``chord``, Newton's method from ``c``: a chord's own Jacobian would be one
+    more copy of it in the compiled program.
     Both stop once the rates, relative to their sensitivity to the controls, are at
     ``_NEWTON_TOL``, or once a step fails to halve them below ``_NEWTON_NOISE`` (there the
     iterations would converge quadratically, so only round-off stops them: when the rates
@@ -143,7 +143,6 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
     the field) comes from the implicit function theorem at the solution
     (:func:`_newton_controls_jvp`)."""
     kw = dict(y=y, data=data, base=base, idx=idx, valid=valid)
-    residual = functools.partial(_rates_residual, system, **kw)
 
     def newton(carry):
         c, res, _, _, i = carry
@@ -157,9 +156,24 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
         stalled = (res > 0.5 * prev) & (res <= _NEWTON_NOISE * scale)
         return (i < _NEWTON_MAX) & (res > _NEWTON_TOL * scale) & ~stalled
 
-    if chord is None:  # Newton's method from c: no chord, whose Jacobian would be one more copy
+    if chord is None:
         return jax.lax.while_loop(unsolved, newton, (c, jnp.asarray(jnp.inf), jnp.asarray(jnp.inf), jnp.ones(()), 0))[0]
-    (inverse, scale), r = chord, residual(c)
+    (_, scale) = chord
+    c, step, res, good = _chord(functools.partial(_rates_residual, system, **kw), *chord, c)
+    # Converged chords enter with ``res`` at tolerance: no Newton step, just the last chord
+    # step. A chord that stalled at round-off enters stalled: no Newton step either.
+    c = jnp.where(res > _NEWTON_TOL * scale, c, c - step)
+    prev = jnp.where(good, jnp.inf, res)
+    return jax.lax.while_loop(unsolved, newton, (c, res, prev, scale, 0))[0]
+
+
+def _chord(residual, inverse, scale, c):
+    """Chord iterations ``c ← c − inverse·r(c)`` on the rates ``residual`` (a function of
+    the slots' controls), at most ``_CHORD_MAX``, until the rates are at ``_NEWTON_TOL``
+    of ``scale``. Returns ``(c, step, res, good)``: the last point kept, the step from it
+    (one more iteration), its largest rate, and whether the last step was kept.
+    The first pass of the loop evaluates the rates at ``c`` itself (a zero step), so the
+    program holds one copy of them."""
 
     def chord_step(carry):
         c, step, res, i, _ = carry
@@ -170,23 +184,16 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
         good = res_new <= 0.5 * res
         return (
             jnp.where(good, c - step, c), jnp.where(good, inverse @ r, step),
-            jnp.where(good, res_new, res), i + 1, good,
+            jnp.where(good | (i == 0), res_new, res), i + 1, good,
         )  # fmt: skip
 
     def chord_unsolved(carry):
         _, _, res, i, good = carry
-        return good & (i < _CHORD_MAX) & (res > _NEWTON_TOL * scale)
+        return good & (i <= _CHORD_MAX) & (res > _NEWTON_TOL * scale)
 
-    res0 = jnp.max(jnp.abs(r))
-    c, step, res, _, good = jax.lax.while_loop(
-        chord_unsolved, chord_step, (c, inverse @ r, res0, 0, jnp.isfinite(res0))
-    )
-
-    # Converged chords enter with ``res`` at tolerance: no Newton step, just the last chord
-    # step. A chord that stalled at round-off enters stalled: no Newton step either.
-    c = jnp.where(res > _NEWTON_TOL * scale, c, c - step)
-    prev = jnp.where(good, jnp.inf, res)
-    return jax.lax.while_loop(unsolved, newton, (c, res, prev, scale, 0))[0]
+    start = (c, jnp.zeros_like(c), jnp.asarray(jnp.inf, c.dtype), 0, jnp.ones((), bool))
+    c, step, res, _, good = jax.lax.while_loop(chord_unsolved, chord_step, start)
+    return c, step, res, good
 
 
 @_newton_controls.defjvp
@@ -409,7 +416,15 @@ def _descend(system, kw, c, fixed):
         return jnp.where(free, jnp.clip(c - step, 0.0, 1.0), c)
 
     def body(carry):
-        c, qc, g, alpha, it, _ = carry
+        # Each pass evaluates q and its gradient once, at its own point (one copy of them
+        # in the program), and takes the spectral step length from the last pass's.
+        c, c_prev, g_prev, alpha, it, _ = carry
+        qc, g = value_and_grad(c)
+        s, dy = c - c_prev, g - g_prev
+        sy = jnp.dot(s, dy)
+        spectral = jnp.where(sy > 0.0, jnp.dot(s, s) / jnp.where(sy > 0.0, sy, 1.0), 1e6 * alpha)
+        first = 1.0 / jnp.maximum(jnp.max(jnp.abs(jnp.where(free, g, 0.0))), 1e-300)
+        alpha = jnp.where(it == 0, first, jnp.clip(spectral, 1e-12, 1e12))
         d = projected(c, alpha * g) - c
         slope = jnp.dot(g, d)
 
@@ -421,21 +436,15 @@ def _descend(system, kw, c, fixed):
             lam, q_try = ls
             return (q_try > qc + 1e-4 * lam * slope) & (lam > 1e-12)
 
-        lam, _ = jax.lax.while_loop(too_long, shorter, (jnp.ones(()), q(c + d)))
-        c_new = c + lam * d
-        q_new, g_new = value_and_grad(c_new)
-        s, dy = c_new - c, g_new - g
-        sy = jnp.dot(s, dy)
-        alpha = jnp.where(sy > 0.0, jnp.dot(s, s) / jnp.where(sy > 0.0, sy, 1.0), 1e6 * alpha)
-        return c_new, q_new, g_new, jnp.clip(alpha, 1e-12, 1e12), it + 1, jnp.max(jnp.abs(lam * d))
+        # From λ = 2 with no value: the first pass tries the whole step.
+        lam, _ = jax.lax.while_loop(too_long, shorter, (jnp.full((), 2.0), jnp.asarray(jnp.inf)))
+        return c + lam * d, c, g, alpha, it + 1, jnp.max(jnp.abs(lam * d))
 
     def more(carry):
         *_, it, moved = carry
         return (it < _DESCENT_MAX) & (moved > 1e-13)
 
-    qc, g = value_and_grad(c)
-    alpha = 1.0 / jnp.maximum(jnp.max(jnp.abs(jnp.where(free, g, 0.0))), 1e-300)
-    start = (c, qc, g, alpha, jnp.zeros((), jnp.int32), jnp.ones(()))
+    start = (c, c, jnp.zeros_like(c), jnp.ones(()), jnp.zeros((), jnp.int32), jnp.ones(()))
     return jax.lax.while_loop(more, body, start)[0]
 
 
@@ -520,15 +529,21 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     c = jnp.where(lo, 0.0, jnp.where(hi, 1.0, c))  # the best point can be one step short of its bounds
 
     def snapped():
-        # The units that stay, solved again with the snapped ones at their sides; kept only
-        # if their controls stay inside (a snapped control can matter: strongly coupled units).
+        # The units that stay, solved again with the snapped ones at their sides (chord
+        # iterations with the solution's Jacobian, which the snap moves by at most SOLVED
+        # in its controls); kept only if they converge and their controls stay inside (a
+        # snapped control can matter: strongly coupled units).
         lo_s, hi_s = lo | snap_lo, hi | snap_hi
         c_s = jnp.where(lo_s, 0.0, jnp.where(hi_s, 1.0, c))
         slide = valid & ~lo_s & ~hi_s
         fixed = _with_controls(base, idx, valid & ~slide, c_s)
         idx_s = jnp.where(slide, idx, base.shape[0])  # empty slots point past the units
-        c_s = jnp.where(slide, _newton_controls(system, y, data, c_s, fixed, idx_s, slide, None), c_s)
-        inside = jnp.all(jnp.where(slide, (c_s > 0.0) & (c_s < 1.0), True))
+        residual = functools.partial(_rates_residual, system, y=y, data=data, base=fixed, idx=idx_s, valid=slide)
+        inverse, scale = _damped_inverse(jnp.where(slide[:, None] & slide[None, :], J, jnp.eye(K)), slide)
+        c_new, step, res, _ = _chord(residual, inverse, scale, c_s)
+        c_s = jnp.where(slide, jnp.where(res > _NEWTON_TOL * scale, c_new, c_new - step), c_s)
+        solved = res <= _NEWTON_NOISE * scale
+        inside = solved & jnp.all(jnp.where(slide, (c_s > 0.0) & (c_s < 1.0), True))
         return jax.tree.map(lambda new, old: jnp.where(inside, new, old), (c_s, lo_s, hi_s), (c, lo, hi))
 
     c, lo, hi = jax.lax.cond(jnp.any(snap_lo | snap_hi), snapped, lambda: (c, lo, hi))
