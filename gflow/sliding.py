@@ -158,22 +158,20 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
 
     if chord is None:
         return jax.lax.while_loop(unsolved, newton, (c, jnp.asarray(jnp.inf), jnp.asarray(jnp.inf), jnp.ones(()), 0))[0]
-    (_, scale) = chord
-    c, step, res, good = _chord(functools.partial(_rates_residual, system, **kw), *chord, c)
-    # Converged chords enter with ``res`` at tolerance: no Newton step, just the last chord
-    # step. A chord that stalled at round-off enters stalled: no Newton step either.
-    c = jnp.where(res > _NEWTON_TOL * scale, c, c - step)
+    c, res, good = _chord(functools.partial(_rates_residual, system, **kw), *chord, c)
+    # Converged chords enter with ``res`` at tolerance: no Newton step. A chord that
+    # stalled at round-off enters stalled: no Newton step either.
     prev = jnp.where(good, jnp.inf, res)
-    return jax.lax.while_loop(unsolved, newton, (c, res, prev, scale, 0))[0]
+    return jax.lax.while_loop(unsolved, newton, (c, res, prev, chord[1], 0))[0]
 
 
 def _chord(residual, inverse, scale, c):
     """Chord iterations ``c ← c − inverse·r(c)`` on the rates ``residual`` (a function of
     the slots' controls), at most ``_CHORD_MAX``, until the rates are at ``_NEWTON_TOL``
-    of ``scale``. Returns ``(c, step, res, good)``: the last point kept, the step from it
-    (one more iteration), its largest rate, and whether the last step was kept.
-    The first pass of the loop evaluates the rates at ``c`` itself (a zero step), so the
-    program holds one copy of them."""
+    of ``scale``. Returns ``(c, res, good)``: the last point kept, one more step from it if
+    its rates are at that tolerance, its largest rate (before that step), and whether the
+    last step was kept. The first pass of the loop evaluates the rates at ``c`` itself (a
+    zero step), so the program holds one copy of them."""
 
     def chord_step(carry):
         c, step, res, i, _ = carry
@@ -193,7 +191,7 @@ def _chord(residual, inverse, scale, c):
 
     start = (c, jnp.zeros_like(c), jnp.asarray(jnp.inf, c.dtype), 0, jnp.ones((), bool))
     c, step, res, _, good = jax.lax.while_loop(chord_unsolved, chord_step, start)
-    return c, step, res, good
+    return jnp.where(res > _NEWTON_TOL * scale, c, c - step), res, good
 
 
 @_newton_controls.defjvp
@@ -540,8 +538,8 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
         idx_s = jnp.where(slide, idx, base.shape[0])  # empty slots point past the units
         residual = functools.partial(_rates_residual, system, y=y, data=data, base=fixed, idx=idx_s, valid=slide)
         inverse, scale = _damped_inverse(jnp.where(slide[:, None] & slide[None, :], J, jnp.eye(K)), slide)
-        c_new, step, res, _ = _chord(residual, inverse, scale, c_s)
-        c_s = jnp.where(slide, jnp.where(res > _NEWTON_TOL * scale, c_new, c_new - step), c_s)
+        c_new, res, _ = _chord(residual, inverse, scale, c_s)
+        c_s = jnp.where(slide, c_new, c_s)
         solved = res <= _NEWTON_NOISE * scale
         inside = solved & jnp.all(jnp.where(slide, (c_s > 0.0) & (c_s < 1.0), True))
         return jax.tree.map(lambda new, old: jnp.where(inside, new, old), (c_s, lo_s, hi_s), (c, lo, hi))
