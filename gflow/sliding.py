@@ -178,7 +178,8 @@ def _chord(residual, inverse, scale, c):
         r = residual(c - step)
         res_new = jnp.max(jnp.abs(r))
         # Kept only while the residual at least halves (a far start, e.g. no warm
-        # controls, can make the chord diverge): else Newton goes on from the last kept.
+        # controls, can make the chord diverge): else it stops at the last kept (the
+        # sliding controls go on from there by Newton's method).
         good = res_new <= 0.5 * res
         return (
             jnp.where(good, c - step, c), jnp.where(good, inverse @ r, step),
