@@ -43,8 +43,8 @@ width 20, 20 points: 3,600 pre-activations) from `t = 0` to `--scale-t1` (defaul
 compared the same way, both sides with `deep_scale`'s limit of 64 units sliding at once.
 The reference's field costs `2^k` one-point backward passes per point with `k` units on
 their surfaces and a Wolfe solve per field evaluation, and `2|K|` more solves for the
-tests at every step: to `t = 0.5` (up to 20 units sliding) it took 583–1,224 s on the
-2-core CPU and to `t = 1` (up to 28) 5,440 s, which sets `t1`.
+tests at every step: to `t = 0.5` (up to 20 units sliding) it took 583–2,622 s on the
+2-core CPU (by what ran beside it) and to `t = 1` (up to 28) 5,440 s, which sets `t1`.
 
 `--tight RTOL,ATOL` repeats gflow at tighter tolerances (a second compile per shape) and
 reports its `dtheta` and `dt_events` too, to tell a tolerance-limited difference from a
