@@ -15,7 +15,8 @@ targets, Xavier-normal weights, square loss, default tolerances, ``t1`` (default
 ``max_sliding`` = the hidden width. Both calls integrate the same trajectory; the second's
 result must equal the first's (checked, or the shape is reported as failed).
 
-Each row also counts the operations of the program XLA compiles (the first call's
+Each row also splits the first call's compile into tracing, lowering and XLA's compile,
+as JAX times them (``jax.monitoring``), and counts the operations of the program XLA compiles (the first call's
 StableHLO, dumped with ``jax_dump_ir_to``, calls inlined as XLA inlines them): unlike the
 times, that count is the same on every machine and at every load, so it tells what a
 change to the engine did to the program.
@@ -101,6 +102,8 @@ def measure(depth, width, n, inputs, t1):
     widths = (inputs,) + tuple(W.shape[0] for W in params)
     load0 = os.getloadavg()[0]
     walls, cpus, sols = [], [], []
+    _listen_to_phases()
+    _PHASES.clear()
     with tempfile.TemporaryDirectory() as dump:
         for call in range(2):
             if call == 0:  # the first call's programs, as XLA receives them
@@ -112,6 +115,8 @@ def measure(depth, width, n, inputs, t1):
             cpus.append(time.process_time() - cpu)
             jax.config.update("jax_dump_ir_to", "")
             sols.append(sol)
+            if call == 0:
+                phases = {name: sum(_PHASES[event]) for name, event in _PHASE_EVENTS.items()}
         ops = max(inlined_ops(path.read_text()) for path in Path(dump).glob("*.mlir"))
     same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(sols[0].params, sols[1].params))
     sol = sols[0]
@@ -125,6 +130,7 @@ def measure(depth, width, n, inputs, t1):
         run_s=walls[1],
         compile_s=walls[0] - walls[1],
         compile_cpu_s=cpus[0] - cpus[1],
+        **phases,
         operations=ops,
         status=sol.status.name,
         t=float(sol.t),
@@ -134,6 +140,28 @@ def measure(depth, width, n, inputs, t1):
         load_before=load0,
         load_after=os.getloadavg()[0],
     )
+
+
+# The first call's compile split by phase, as JAX itself times them (``jax.monitoring``),
+# summed over the programs that call compiles: tracing to jaxprs, lowering them to
+# StableHLO (both Python), and XLA's compile (HLO passes and code generation).
+_PHASE_EVENTS = {
+    "trace_s": "/jax/core/compile/jaxpr_trace_duration",
+    "lower_s": "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "xla_s": "/jax/core/compile/backend_compile_duration",
+}
+_PHASES = collections.defaultdict(list)
+
+
+def _record_phase(event, duration, **_):
+    _PHASES[event].append(duration)
+
+
+@functools.cache
+def _listen_to_phases():
+    import jax
+
+    jax.monitoring.register_event_duration_secs_listener(_record_phase)
 
 
 def inlined_ops(module):
@@ -178,7 +206,7 @@ def main(argv=None):
     info = machine_info()
     config = dict(depths=depths, widths=widths, points=args.points, inputs=args.inputs, t1=args.t1, cached=args.cached)
     print(
-        f"{'depth':>5} {'width':>5} {'P':>6} {'operations':>10} {'compile s':>10} {'cpu s':>7} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}"
+        f"{'depth':>5} {'width':>5} {'P':>6} {'operations':>10} {'compile s':>10} {'cpu s':>7} {'trace':>6} {'lower':>6} {'XLA':>6} {'run s':>8} {'status':>14} {'events':>6} {'load':>9}"
     )
     rows = []
     for depth in depths:
@@ -188,7 +216,8 @@ def main(argv=None):
                 row.update(cached_first_calls(depth, width, args.points, args.inputs, args.t1))
             rows.append(row)
             print(
-                f"{depth:>5} {width:>5} {row['preactivations']:>6} {row['operations']:>10,} {row['compile_s']:>10.1f} {row['compile_cpu_s']:>7.1f} {row['run_s']:>8.2f} "
+                f"{depth:>5} {width:>5} {row['preactivations']:>6} {row['operations']:>10,} {row['compile_s']:>10.1f} {row['compile_cpu_s']:>7.1f} "
+                f"{row['trace_s']:>6.1f} {row['lower_s']:>6.1f} {row['xla_s']:>6.1f} {row['run_s']:>8.2f} "
                 f"{row['status']:>14} {row['events']:>6} {row['load_before']:>4.1f}-{row['load_after']:<4.1f}"
                 + ("" if row["repeat_identical"] else "  (second call differs!)")
                 + (
