@@ -315,7 +315,8 @@ class _Program:
     def _start_lanes(self, idx, y0, X, Y, wd, modes, t1, rtol, atol, ts, mtol):
         """Lane states for trajectories ``idx`` (``(L,)``), at t = 0. Units on their surfaces
         there, and units given as sliding, are decided in the lane's first iteration
-        (:meth:`_resolve`): nothing here solves a sliding control."""
+        (:meth:`_resolve`); the controls of units given as sliding are solved here, as the
+        start of that iteration's solves."""
         cfg, system, P, E, vmap = self.cfg, self.system, self.P, self.E, jax.vmap
         L, S = idx.shape[0], len(ts)
         solver, controller = self.tools(rtol, atol)
@@ -349,6 +350,19 @@ class _Program:
         else:
             on_surface, first = jnp.zeros((L, P), bool), jnp.zeros(L, bool)
         armed = armed & (mode != ev.SLIDING)
+        control = jnp.zeros((L, P))
+        if self.deep and not cfg.through:
+            # Units given as sliding (a continued run) start from their equivalent controls,
+            # solved here by Newton's method from 0: the lane's first step solves them by
+            # quasi-Newton iterations from the Jacobian at its start (sliding._newton_controls),
+            # which a start far from the solution can defeat. (Depth 2 solves them in closed form.)
+            control = jax.lax.cond(
+                jnp.any(mode == ev.SLIDING),
+                lambda: vmap(lambda y, data, mode: system.equivalent_control(y, data, mode, jnp.zeros(P))[1])(
+                    y, data, mode
+                ),
+                lambda: control,
+            )
 
         def first_step(y, mode, data):
             # The first step's size: Diffrax's estimate from the field with the modes'
@@ -375,7 +389,7 @@ class _Program:
             save_i = save_i + at0.astype(jnp.int32)
         zeros_i = jnp.zeros(L, jnp.int32)
         return _State(
-            t=jnp.zeros(L), y=y, mode=mode, control=jnp.zeros((L, P)), dt=jnp.where(first, 0.0, dt0), dt_resume=dt0,
+            t=jnp.zeros(L), y=y, mode=mode, control=control, dt=jnp.where(first, 0.0, dt0), dt_resume=dt0,
             pid=jax.tree.map(lambda a: jnp.broadcast_to(a, (L,) + jnp.shape(a)[1:]), pid0), fsal=fsal0,
             made_jump=jnp.ones(L, bool), forced=first, pending=on_surface, armed=armed,
             ev_t=jnp.full((L, E), jnp.nan), ev_k=jnp.full((L, E), -1, jnp.int32),
@@ -499,6 +513,13 @@ class _Program:
                 dirs=jnp.where(pos[1:], 1, -1), mode_end=jnp.where(pos[-1], ev.ACTIVE, ev.INACTIVE).astype(s.mode.dtype),
             )  # fmt: skip
         G, C, p = jax.vmap(lambda y: system.guards(y, data, s.mode, s.control, n_sliding, chord))(ys)
+        # Sliding controls that are not finite at a sample reject the step, as a non-finite
+        # stage does: retry with a quarter of it. (Counted as crossings by the guards, they
+        # made a depth-4 run of tests/test_flow.py::test_balance_laws spend its step budget
+        # between t = 27 and 36.)
+        solved = ~jnp.any(jnp.isnan(C))
+        keep, finite, sane = keep & solved, finite & solved, sane & solved
+        common.update(finite=finite, dt_new=jnp.where(solved, dt_new, 0.25 * h))
         G = jnp.where(jnp.isnan(G), -1.0, G)  # an undefined guard counts as crossed
         # A unit that has not yet left the round-off band since its last event fires
         # only once it is clearly past its surface (no events from noise).

@@ -23,7 +23,7 @@ on their surfaces, the curve lies where all the one-sided losses agree, so every
 ``g(c)`` that keeps them there (``ṗ_K(c) = 0``) has the same inner product with ``θ̇``:
 such a ``g(c)`` *is* the minimum-norm element, and the energy identity holds.
 Between kinks the engine holds the sliding set by solving ``ṗ_K(c) = 0`` for ``c``
-(chord and Newton iterations from the last controls, :func:`_newton_controls`); a
+(quasi-Newton iterations from the last controls, :func:`_newton_controls`); a
 unit's guard fires when its control leaves ``[0, 1]``.
 
 **At a kink.** A unit whose surface is reached, a sliding unit whose control reaches 0
@@ -67,7 +67,7 @@ _SIGN_TOL = 1e-10  # relative tolerance deciding the sign of a one-sided rate �
 _NEWTON_TOL = 1e-13  # sliding rates / their sensitivity to the controls at which Newton stops
 _NEWTON_MAX = 12  # Newton steps at most (singular or disconnected controls)
 _NEWTON_NOISE = 1e-6  # below this (same measure), a step that fails to halve the rates meets round-off
-_CHORD_MAX = 8  # chord steps before falling back to Newton
+_CHORD_MAX = 20  # quasi-Newton steps at most (_chord)
 # Sensitivities of the sliding rates to their controls below this count as none. A unit
 # whose weights weight decay shrinks towards 0 reaches its surface with rates and
 # sensitivity at 1e-127 (depth 4, λ = 1e-2, t ≈ 9e4); damping relative to such a J
@@ -127,11 +127,20 @@ def _damping(sensitivity):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _newton_controls(system, y, data, c, base, idx, valid, chord):
-    """Deep networks' sliding controls, from the last controls ``c``: chord iterations, then
-    Newton's method if they have not converged. The rates are multilinear in the controls
-    and ``c`` is close, so the chord (one Jacobian, :meth:`System.rates_jacobian`, carried
-    in ``chord`` from a nearby state, :meth:`System.chord`; :func:`_chord`) converges in a
-    few steps of one rate evaluation each, where each Newton step pays for a new Jacobian.
+    """Deep networks' sliding controls, from the last controls ``c``.
+
+    With ``chord`` (the damped inverse of the rates' Jacobian at the step's start,
+    :meth:`System.chord`): quasi-Newton iterations from it (:func:`_chord`, Broyden's
+    updates), each one rate evaluation; the rates are multilinear in the controls and
+    ``c`` is close, so they converge in a few. Where they stop short of the tolerance the
+    last point kept is returned, as Newton's method returns its last after ``_NEWTON_MAX``
+    steps: the step's error control judges the field it gives. (Rejecting such steps
+    instead, as NaN controls, was tried: on a depth-4 problem of ``tests/test_flow.py``
+    the controls stalled at round-off above ``_NEWTON_NOISE`` at every step size, and the
+    run spent its step budget at ``t = 27.3``.) No Newton fallback with a new Jacobian:
+    it was a copy of the Jacobian in every place that solves the controls (stages,
+    guards, event location), a fifth of a deep program's operations, and chord
+    iterations without Broyden's updates needed it in about a third of the solves there.
     Without ``chord``, Newton's method from ``c``: a chord's own Jacobian would be one
     more copy of it in the compiled program.
     Both stop once the rates, relative to their sensitivity to the controls, are at
@@ -148,7 +157,7 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
         c, res, _, _, i = carry
         J, r = _residual_and_jacobian(system, c, **kw)
         inverse, scale = _damped_inverse(J, valid)
-        # ``prev``: the residual one step back (none for the first, computed where the chord stopped).
+        # ``prev``: the residual one step back (none for the first).
         return c - inverse @ r, jnp.max(jnp.abs(r)), jnp.where(i == 0, jnp.inf, res), scale, i + 1
 
     def unsolved(carry):
@@ -158,41 +167,46 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
 
     if chord is None:
         return jax.lax.while_loop(unsolved, newton, (c, jnp.asarray(jnp.inf), jnp.asarray(jnp.inf), jnp.ones(()), 0))[0]
-    c, res, good = _chord(functools.partial(_rates_residual, system, **kw), *chord, c)
-    # Converged chords enter with ``res`` at tolerance: no Newton step. A chord that
-    # stalled at round-off enters stalled: no Newton step either.
-    prev = jnp.where(good, jnp.inf, res)
-    return jax.lax.while_loop(unsolved, newton, (c, res, prev, chord[1], 0))[0]
+    return _chord(functools.partial(_rates_residual, system, **kw), *chord, c)[0]
 
 
 def _chord(residual, inverse, scale, c):
-    """Chord iterations ``c ← c − inverse·r(c)`` on the rates ``residual`` (a function of
-    the slots' controls), at most ``_CHORD_MAX``, until the rates are at ``_NEWTON_TOL``
-    of ``scale``. Returns ``(c, res, good)``: the last point kept, one more step from it if
-    its rates are at that tolerance, its largest rate (before that step), and whether the
-    last step was kept. The first pass of the loop evaluates the rates at ``c`` itself (a
-    zero step), so the program holds one copy of them."""
+    """Quasi-Newton iterations ``c ← c − H·r(c)`` on the rates ``residual`` (a function of
+    the slots' controls) from ``H = inverse``, at most ``_CHORD_MAX``, until the rates are
+    at ``_NEWTON_TOL`` of ``scale``. After each kept step ``s`` that changed the rates by
+    ``Δr``, ``H`` takes Broyden's ("good") rank-one update, ``H ← H + (s − HΔr)(sᵀH) /
+    (sᵀHΔr)``, so that it maps ``Δr`` to ``s``: the iterations converge superlinearly
+    where a fixed ``inverse`` (a chord) would converge linearly, at the rate of its
+    Jacobian's mismatch. Returns ``(c, res)``: the last point kept, one more step from it
+    if its rates are at that tolerance, and its largest rate (before that step). The first
+    pass of the loop evaluates the rates at ``c`` itself (a zero step), so the program
+    holds one copy of them."""
 
     def chord_step(carry):
-        c, step, res, i, _ = carry
+        c, step, r_old, H, res, i, _ = carry
         r = residual(c - step)
         res_new = jnp.max(jnp.abs(r))
         # Kept only while the residual at least halves (a far start, e.g. no warm
-        # controls, can make the chord diverge): else it stops at the last kept (the
-        # sliding controls go on from there by Newton's method).
+        # controls, can make the iterations diverge): else they stop at the last kept.
         good = res_new <= 0.5 * res
+        # Broyden's update of the inverse: H maps the rates' change to the step that made it.
+        s, dr = -step, r - r_old
+        Hdr = H @ dr
+        denom = jnp.dot(s, Hdr)
+        update = good & (i > 0) & (jnp.abs(denom) > 1e-12 * jnp.linalg.norm(s) * jnp.linalg.norm(Hdr))
+        H = jnp.where(update, H + jnp.outer(s - Hdr, s @ H) / jnp.where(update, denom, 1.0), H)
         return (
-            jnp.where(good, c - step, c), jnp.where(good, inverse @ r, step),
+            jnp.where(good, c - step, c), jnp.where(good, H @ r, step), jnp.where(good, r, r_old), H,
             jnp.where(good | (i == 0), res_new, res), i + 1, good,
         )  # fmt: skip
 
     def chord_unsolved(carry):
-        _, _, res, i, good = carry
+        *_, res, i, good = carry
         return good & (i <= _CHORD_MAX) & (res > _NEWTON_TOL * scale)
 
-    start = (c, jnp.zeros_like(c), jnp.asarray(jnp.inf, c.dtype), 0, jnp.ones((), bool))
-    c, step, res, _, good = jax.lax.while_loop(chord_unsolved, chord_step, start)
-    return jnp.where(res > _NEWTON_TOL * scale, c, c - step), res, good
+    start = (c, jnp.zeros_like(c), jnp.zeros_like(c), inverse, jnp.asarray(jnp.inf, c.dtype), 0, jnp.ones((), bool))
+    c, step, _, _, res, _, _ = jax.lax.while_loop(chord_unsolved, chord_step, start)
+    return jnp.where(res > _NEWTON_TOL * scale, c, c - step), res
 
 
 @_newton_controls.defjvp
@@ -528,8 +542,8 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     c = jnp.where(lo, 0.0, jnp.where(hi, 1.0, c))  # the best point can be one step short of its bounds
 
     def snapped():
-        # The units that stay, solved again with the snapped ones at their sides (chord
-        # iterations with the solution's Jacobian, which the snap moves by at most SOLVED
+        # The units that stay, solved again with the snapped ones at their sides (quasi-Newton
+        # iterations from the solution's Jacobian, which the snap moves by at most SOLVED
         # in its controls); kept only if they converge and their controls stay inside (a
         # snapped control can matter: strongly coupled units).
         lo_s, hi_s = lo | snap_lo, hi | snap_hi
@@ -539,7 +553,7 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
         idx_s = jnp.where(slide, idx, base.shape[0])  # empty slots point past the units
         residual = functools.partial(_rates_residual, system, y=y, data=data, base=fixed, idx=idx_s, valid=slide)
         inverse, scale = _damped_inverse(jnp.where(slide[:, None] & slide[None, :], J, jnp.eye(K)), slide)
-        c_new, res, _ = _chord(residual, inverse, scale, c_s)
+        c_new, res = _chord(residual, inverse, scale, c_s)
         c_s = jnp.where(slide, c_new, c_s)
         solved = res <= _NEWTON_NOISE * scale
         inside = solved & jnp.all(jnp.where(slide, (c_s > 0.0) & (c_s < 1.0), True))
