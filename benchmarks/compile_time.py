@@ -16,10 +16,10 @@ targets, Xavier-normal weights, square loss, default tolerances, ``t1`` (default
 result must equal the first's (checked, or the shape is reported as failed).
 
 Each row also splits the first call's compile into tracing, lowering and XLA's compile,
-as JAX times them (``jax.monitoring``), and counts the operations of the program XLA compiles (the first call's
-StableHLO, dumped with ``jax_dump_ir_to``, calls inlined as XLA inlines them): unlike the
-times, that count is the same on every machine and at every load, so it tells what a
-change to the engine did to the program.
+as JAX times them (``jax.monitoring``), and counts the operations of the program XLA
+compiles (the first call's StableHLO, dumped with ``jax_dump_ir_to``, calls inlined as XLA
+inlines them): unlike the times, that count is the same on every machine and at every
+load, so it tells what a change to the engine did to the program.
 
 With ``--cached`` each shape is also run in two fresh processes that call
 ``gflow.enable_compilation_cache`` on one new folder: the first finds it empty and

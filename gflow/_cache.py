@@ -44,9 +44,10 @@ def enable_compilation_cache(folder=None) -> Path | None:
 
     Each (network shape, loss, options) is one XLA program, compiled on its first call: on a
     2-core CPU from about 10 s for a depth-2 network to about 20–25 s at depth 6
-    (``python -m benchmarks.compile_time``). The `gflow` command turns the cache on by itself; from Python, call this
-    once, before the first `gflow.simulate`, and every program compiled after it is written
-    to the folder and loaded from it by later processes that call it too. JAX keys each
+    (``python -m benchmarks.compile_time``). The `gflow` command turns the cache on by
+    itself; from Python, call this once, before the first `gflow.simulate`, and every
+    program compiled after it is written to the folder and loaded from it by later
+    processes that call it too. JAX keys each
     entry on the program, the jax and jaxlib versions and the compiler options, so an edit
     of gflow or an upgrade compiles anew rather than loading a stale program; the folder is
     safe to delete at any time.
