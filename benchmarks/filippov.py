@@ -217,12 +217,13 @@ def run_gflow(problems, t1, rtol, atol, max_sliding=MAX_SLIDING):
 
 
 class _NoReference:
-    """Stands in for a reference run that raised: no events, and weights that compare as NaN."""
+    """Stands in for a reference run that raised before its first event: no events, and
+    weights that compare as NaN."""
 
     def __init__(self, params):
         self.events, self.params = [], [np.full(np.shape(W), np.nan) for W in params]
         self.energy_defect = self.drift = np.nan
-        self.nfev = 0
+        self.nfev, self.t = 0, 0.0
 
 
 def run_shape(name, seeds, rtol, atol, tight, tol, scale_t1=SCALE["t1"]):
@@ -252,17 +253,22 @@ def run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, s
         t = time.perf_counter()
         try:
             ref, failed = filippov_flow(params, X, Y, t1=t1, max_sliding=sliding[0]), None
-        except RuntimeError as e:  # the reference's own limits (events, units at once): no comparison
-            ref, failed = _NoReference(params), str(e)
+        except RuntimeError as e:  # the reference's own limits (events, units at once)
+            ref, failed = getattr(e, "partial", None) or _NoReference(params), str(e)
         ref_wall = time.perf_counter() - t
         theirs = [(e.t, e.layer, e.neuron, e.point, e.kind, e.side) for e in ref.events]
         sb = sol[b]
-        ours = gflow_events(sb)
+        # A reference that stopped short: the events before its stop are compared, its
+        # weights (of that time) are not.
+        stop = ref.t if failed else np.inf
+        before = lambda events, stop=stop: [e for e in events if e[0] < stop]  # noqa: E731
+        ours = before(gflow_events(sb))
+        ref_params = [np.full(np.shape(W), np.nan) for W in params] if failed else ref.params
         row = dict(
             shape=name, widths=widths, n=n, seed=seed, t1=t1, status=gflow.Status(int(sol.status[b])).name,
-            reference_error=failed,
-            t=float(sb.t), dtheta=max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(sb.params, ref.params)),
-            **compare(ours, theirs, tol, gflow_events(sb, ("cut",))), events_gflow=len(ours), events_reference=len(theirs),
+            reference_error=failed, reference_t=float(ref.t),
+            t=float(sb.t), dtheta=max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(sb.params, ref_params)),
+            **compare(ours, theirs, tol, before(gflow_events(sb, ("cut",)))), events_gflow=len(ours), events_reference=len(theirs),
             kinds_gflow={k: [r["kind"] for r in sb.crossings.rows()].count(k) for k in
                          ("cross", "slide_start", "slide_end", "touch", "repel", "cut")},
             most_sliding_reference=most_at_once(theirs), most_sliding_gflow=most_at_once(ours),
@@ -276,8 +282,8 @@ def run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, s
         row["labels_only"] = None if failed else only_shared_surfaces(params, X, Y, row["differences"], sliding[0])
         if sol_tight is not None:
             st = sol_tight[b]
-            row["dtheta_tight"] = max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(st.params, ref.params))
-            tight_events = compare(gflow_events(st), theirs, tol, gflow_events(st, ("cut",)))
+            row["dtheta_tight"] = max(float(np.max(np.abs(np.asarray(W) - R))) for W, R in zip(st.params, ref_params))
+            tight_events = compare(before(gflow_events(st)), theirs, tol, before(gflow_events(st, ("cut",))))
             row["dt_events_tight"] = tight_events["dt_events"]
             row["agree_tight"] = bool(
                 row["dtheta_tight"] <= tol and tight_events["dt_events"] <= tol and not tight_events["first_difference"]
@@ -338,13 +344,14 @@ def main(argv=None):
     for r in rows:
         f = r["first_difference"]
         if r["reference_error"]:
-            print(f"{r['shape']} seed {r['seed']}: the reference raised: {r['reference_error']}")
-        elif f:
+            print(f"{r['shape']} seed {r['seed']}: the reference stopped at t = {r['reference_t']:.9g}: "
+                  f"{r['reference_error']} (the events before it are compared, the weights are not)")  # fmt: skip
+        if f:
             print(f"{r['shape']} seed {r['seed']}: first difference at t = {f['t']:.9g} ({f['what']}): "
                   f"gflow {_fmt_event(f['gflow'])}, reference {_fmt_event(f['reference'])}")  # fmt: skip
             print(f"    gflow near: {'; '.join(_fmt_event(e) for e in f['gflow_near']) or '—'}")
             print(f"    reference near: {'; '.join(_fmt_event(e) for e in f['reference_near']) or '—'}")
-            if f["shared_with"]:
+            if f.get("shared_with"):
                 print(f"    on a surface shared with the same neuron's units at points {f['shared_with']} "
                       "(inputs positive multiples of each other): a label, not a crossing")  # fmt: skip
         f = r.get("first_difference_tight")

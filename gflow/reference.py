@@ -765,7 +765,7 @@ def _affine_weights(Q):
     return np.concatenate([[1.0 - b.sum()], b])
 
 
-def _min_norm_sum(blocks, offset=None, tol=1e-15):
+def _min_norm_sum(blocks, offset=None, tol=1e-15, start=None):
     """The point of least Euclidean norm in `offset + conv(B_1) + ... + conv(B_m)` (a
     Minkowski sum of hulls), by Wolfe's algorithm (P. Wolfe, "Finding the nearest point
     in a polytope", Math. Programming 11, 1976, 128-149) in its linear-oracle form.
@@ -781,18 +781,24 @@ def _min_norm_sum(blocks, offset=None, tol=1e-15):
     first weight reaches zero and dropping that vertex, until the affine minimiser has
     all weights positive.
 
+    A warm start (`start`: the corral of a nearby problem) begins with those vertices at
+    equal weights, a point of the hull, and a minor cycle; the stopping test, and so
+    `x`, are those of a cold start.
+
     **Arguments:**
 
     - `blocks`: arrays of shape `(m_i, d)`, `m_i >= 1` (none: the point is `offset`).
     - `offset`: shape `(d,)`, or `None` (zero; not with no blocks).
     - `tol`: the relative optimality gap at which to stop.
+    - `start`: a corral as returned (`S`: tuples of one row index per block), or `None`.
 
-    **Returns:** `(x, weights)`: `x` of shape `(d,)` and, per block, weights of shape
-    `(m_i,)`, `>= 0`, summing to 1, with `x = offset + Σ_i weights[i] @ B_i`.
+    **Returns:** `(x, weights, S)`: `x` of shape `(d,)` and, per block, weights of shape
+    `(m_i,)`, `>= 0`, summing to 1, with `x = offset + Σ_i weights[i] @ B_i`; `S` the
+    final corral.
     """
     B = [np.asarray(b, dtype=np.float64) for b in blocks]
     if not B:
-        return np.array(offset, dtype=np.float64), []
+        return np.array(offset, dtype=np.float64), [], []
     c = np.zeros(B[0].shape[1]) if offset is None else np.asarray(offset, dtype=np.float64)
     sq = [np.einsum("ij,ij->i", b, b) for b in B]
     scale = max((np.linalg.norm(c) + sum(float(np.sqrt(np.max(s))) for s in sq)) ** 2, _TINY)
@@ -800,23 +806,12 @@ def _min_norm_sum(blocks, offset=None, tol=1e-15):
     def vertex(choice):
         return c + sum(b[v] for b, v in zip(B, choice, strict=True))
 
-    S = [tuple(int(np.argmin(s)) for s in sq)]
-    Q = [vertex(S[0])]
-    w = np.ones(1)
-    x = Q[0].copy()
-    for _ in range(10 * sum(len(b) for b in B) + 100):
-        j = tuple(int(np.argmin(b @ x)) for b in B)
-        q = vertex(j)
-        if x @ x - q @ x <= tol * scale or j in S:
-            break
-        S.append(j)
-        Q.append(q)
-        w = np.append(w, 0.0)
+    def minor(S, Q, w):
+        """Toward the affine minimiser of `S` until its weights are all positive."""
         while True:
             a = _affine_weights(np.array(Q))
             if np.all(a > 0):
-                w = a
-                break
+                return S, Q, a
             # Move from w toward a as far as w stays >= 0; drop the weight that hits 0.
             neg = np.flatnonzero(a <= 0)
             denom = w[neg] - a[neg]
@@ -828,6 +823,19 @@ def _min_norm_sum(blocks, offset=None, tol=1e-15):
             S = [s for s, kept in zip(S, keep, strict=True) if kept]
             Q = [s for s, kept in zip(Q, keep, strict=True) if kept]
             w = w[keep]
+
+    S = [tuple(int(np.argmin(s)) for s in sq)]
+    if start:
+        S = list(dict.fromkeys(tuple(int(v) for v in choice) for choice in start))
+    Q = [vertex(choice) for choice in S]
+    S, Q, w = minor(S, Q, np.full(len(S), 1.0 / len(S)))
+    x = w @ np.array(Q)
+    for _ in range(10 * sum(len(b) for b in B) + 100):
+        j = tuple(int(np.argmin(b @ x)) for b in B)
+        q = vertex(j)
+        if x @ x - q @ x <= tol * scale or j in S:
+            break
+        S, Q, w = minor(S + [j], Q + [q], np.append(w, 0.0))
         if j not in S:  # the new vertex was dropped at once: no progress is possible
             break
         w = w / w.sum()
@@ -836,7 +844,7 @@ def _min_norm_sum(blocks, offset=None, tol=1e-15):
     for choice, wk in zip(S, w, strict=True):
         for i, v in enumerate(choice):
             weights[i][v] += wk
-    return x, weights
+    return x, weights, S
 
 
 def _entries_to_layers(layout, flat):
@@ -990,19 +998,40 @@ def _field_parts(prob, theta, pattern, K):
     return ps, hmasks, offset, blocks
 
 
-def _min_norm_field(offset, blocks, n_K, pin=None):
-    """`(u, c)`: the min-norm point `u` of the hull of `_field_parts` and the
-    equivalent slopes `c` `(n_K,)` of its weights; `pin = (positions, bit)` restricts
-    those units of `K` to the vertices with slope `bit`."""
-    vertices = []
-    for pos, bits, grads in blocks:
+def _isometric(offset, blocks):
+    """`_field_parts`'s `offset` and `blocks` in coordinates of an orthonormal basis of
+    the span of their rows (Householder QR of the stacked rows: every inner product and
+    norm is kept to round-off). The hull has `1 + Σ_i 2^|K_i|` generators, far fewer
+    than `|θ|`, so Wolfe's iterations run in that much smaller space."""
+    stacked = np.concatenate([offset[None]] + [grads for _, _, grads in blocks])
+    if not blocks or stacked.shape[0] >= stacked.shape[1]:
+        return offset, blocks
+    coords = np.linalg.qr(stacked.T, mode="r").T
+    ends = np.cumsum([1] + [len(grads) for _, _, grads in blocks])
+    return coords[0], [
+        (pos, bits, coords[a:b]) for (pos, bits, _), a, b in zip(blocks, ends[:-1], ends[1:], strict=True)
+    ]
+
+
+def _min_norm_field(offset, blocks, n_K, pin=None, reduced=None, start=None):
+    """`(u, c, S)`: the min-norm point `u` of the hull of `_field_parts`, the
+    equivalent slopes `c` `(n_K,)` of its weights and Wolfe's final corral `S`;
+    `pin = (positions, bit)` restricts those units of `K` to the vertices with slope
+    `bit`. Wolfe's iterations run on `reduced` (`_isometric(offset, blocks)`; default: the
+    full space) from the corral `start` (`_min_norm_sum`; of the same pin), and `u` is
+    assembled from their weights in the full space."""
+    offset_r, blocks_r = (offset, blocks) if reduced is None else reduced
+    vertices, full = [], []
+    for (pos, bits, grads), (_, _, grads_r) in zip(blocks, blocks_r, strict=True):
         rows = slice(None) if pin is None else np.all(bits[:, np.isin(pos, pin[0])] == pin[1], axis=1)
-        vertices.append((pos, bits[rows], grads[rows]))
-    u, weights = _min_norm_sum([g for _, _, g in vertices], offset)
+        vertices.append((pos, bits[rows], grads_r[rows]))
+        full.append(grads[rows])
+    _, weights, S = _min_norm_sum([g for _, _, g in vertices], offset_r, start=start)
+    u = offset + sum((lam @ g for lam, g in zip(weights, full, strict=True)), np.zeros_like(offset))
     c = np.zeros(n_K)
     for (pos, bits, _), lam in zip(vertices, weights, strict=True):
         c[pos] = lam @ bits
-    return u, c
+    return u, c, S
 
 
 def _sliding_rates(prob, ps, hmasks, pattern, K, velocities, controls):
@@ -1015,17 +1044,25 @@ def _sliding_rates(prob, ps, hmasks, pattern, K, velocities, controls):
     return _layers_to_entries(_tangent_preactivations(ps, prob.X, hmasks, gmasks, vel))
 
 
-def _one_sided_tests(prob, theta, pattern, K):
+def _one_sided_tests(prob, theta, pattern, K, corrals=None):
     """`(s⁺, s⁻, scale)`: the one-sided tests of every unit of `K` (module docstring,
     "Sliding and leaving") and the largest rate met. Twins (`_twin_classes`) share one
     surface: they are pinned to one side together and share the tests of the one with
-    the largest rates (the others' are positive multiples of them)."""
+    the largest rates (the others' are positive multiples of them). The `2 × classes`
+    min-norm points share one reduction of the hull (`_isometric`); `corrals` (a dict,
+    updated) holds each pinned problem's last corral, a warm start for the next call
+    with the same `pattern` and `K`."""
     ps, hmasks, offset, blocks = _field_parts(prob, theta, pattern, K)
     classes = _twin_classes(prob, theta, pattern, K)
+    reduced = _isometric(offset, blocks)
+    corrals = {} if corrals is None else corrals
     velocities, controls = [], []
     for positions in classes:
         for bit in (1.0, 0.0):
-            u, c = _min_norm_field(offset, blocks, len(K), pin=(positions, bit))
+            key = (tuple(positions), bit)
+            u, c, corrals[key] = _min_norm_field(
+                offset, blocks, len(K), pin=(positions, bit), reduced=reduced, start=corrals.get(key)
+            )
             velocities.append(-u)
             controls.append(c)
     r = _sliding_rates(prob, ps, hmasks, pattern, K, np.array(velocities), np.array(controls))
@@ -1237,13 +1274,15 @@ def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_
     `("s", j, ±1)`: sliding unit `j` leaves to that side), `drift_log` the `(s, max_K |p|)`
     met where the tests were evaluated."""
     K_arr = np.array(K, dtype=int)
-    rhs_cache, drift_log = {}, []
+    rhs_cache, drift_log, corral, test_corrals = {}, [], [], {}
 
     def rhs(s, y):
         key = y.tobytes()
         if key not in rhs_cache:
             rhs_cache.clear()
-            u = _min_norm_field(*_field_parts(prob, y[:-1], pattern, K_arr)[2:], len(K_arr))[0]
+            # Wolfe's iterations start from the last evaluation's corral: K and the
+            # pattern, and so the hull's generators, are those of the whole segment.
+            u, _, corral[:] = _min_norm_field(*_field_parts(prob, y[:-1], pattern, K_arr)[2:], len(K_arr), start=corral)
             rhs_cache[key] = np.concatenate([-u, [u @ u]])
         return rhs_cache[key]
 
@@ -1267,7 +1306,7 @@ def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_
             return np.zeros(0), np.zeros(0)
         p = prob.preacts(y[:-1])
         drift_log.append((s, float(np.max(np.abs(p[K_arr])))))
-        sp, sm, _ = _one_sided_tests(prob, y[:-1], pattern, K_arr)
+        sp, sm, _ = _one_sided_tests(prob, y[:-1], pattern, K_arr, test_corrals)
         return np.stack([sp, sm], axis=1).reshape(-1), np.tile([1.0, -1.0], len(K_arr))
 
     owners = [("p", int(j), 0) for j in watched] + [("s", int(j), d) for j in K for d in (1, -1)]
@@ -1338,7 +1377,9 @@ def filippov_flow(
 
     **Raises:** `ValueError` on malformed input; `RuntimeError` if SciPy fails, or more
     than `max_events` events, `max_sliding` sliding units or 16 units on their
-    surfaces at one point are met.
+    surfaces at one point are met; its `partial` attribute is then the
+    [`FilippovResult`][] of the run up to the time it stopped (`t`, the state, the events
+    and the save times reached).
 
     **Example:** a depth-3 net, its events and the energy identity:
 
@@ -1358,47 +1399,55 @@ def filippov_flow(
     pattern, K = _settle(prob, theta, prob.preacts(theta) > 0, [], {}, [], max_sliding, t)
     events = _changes(prob, 0.0, prob.preacts(theta) > 0, [], pattern, K)
     first_step = None  # SciPy's own choice, except after a crossing (module docstring, "Events")
-    while t < t1:
-        seg, owners, drift_log = _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_step)
-        nfev += int(seg.nfev)
-        if seg.status == -1:
-            raise RuntimeError(f"filippov_flow: DOP853 failed at t={seg.t}: {seg.message}")
-        # Sliding units leave their surfaces after a leaving event: judge the drift before it.
-        drift = max([drift] + [v for s_log, v in drift_log if s_log <= seg.t])
-        for s in t_eval[len(saved) :][t_eval[len(saved) :] <= seg.t]:
-            y_save = seg.dense(s)
-            saved.append((s, prob.loss_of(prob.layout.unflatten(y_save[:-1])), y_save[-1]))
-        theta, energy, t = seg.y[:-1], float(seg.y[-1]), float(seg.t)
-        if seg.status == 0:
-            break
-        n_events += 1
-        if n_events > max_events:
-            raise RuntimeError(f"filippov_flow: more than max_events={max_events} events before t={t} (t1={t1}).")
-        what, j, side = owners[seg.event]
-        first_step = min(_FIRST_STEP * max(1.0, t), t1 - t) if what == "p" and t < t1 else None
-        if len(K):
-            drift = max(drift, float(np.max(np.abs(prob.preacts(theta)[np.array(K)]))))
-        forced, arrived = ({j: side}, []) if what == "s" else ({}, [j])
-        new_pattern, new_K = _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t)
-        events += _changes(prob, t, pattern, K, new_pattern, new_K)
-        pattern, K = new_pattern, new_K
+
+    def result():
+        ps = [np.array(W) for W in prob.layout.unflatten(theta)]
+        return FilippovResult(
+            params=ps,
+            t=t,
+            events=events,
+            ts=np.array([s for s, _, _ in saved]),
+            losses=np.array([v for _, v, _ in saved]),
+            energies=np.array([e for _, _, e in saved]),
+            initial_loss=initial_loss,
+            loss=prob.loss_of(ps),
+            energy=energy,
+            sliding=[prob.layout.entry(j) for j in K],
+            drift=drift,
+            nfev=nfev,
+        )
+
+    try:
+        while t < t1:
+            seg, owners, drift_log = _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_step)
+            nfev += int(seg.nfev)
+            if seg.status == -1:
+                raise RuntimeError(f"filippov_flow: DOP853 failed at t={seg.t}: {seg.message}")
+            # Sliding units leave their surfaces after a leaving event: judge the drift before it.
+            drift = max([drift] + [v for s_log, v in drift_log if s_log <= seg.t])
+            for s in t_eval[len(saved) :][t_eval[len(saved) :] <= seg.t]:
+                y_save = seg.dense(s)
+                saved.append((s, prob.loss_of(prob.layout.unflatten(y_save[:-1])), y_save[-1]))
+            theta, energy, t = seg.y[:-1], float(seg.y[-1]), float(seg.t)
+            if seg.status == 0:
+                break
+            n_events += 1
+            if n_events > max_events:
+                raise RuntimeError(f"filippov_flow: more than max_events={max_events} events before t={t} (t1={t1}).")
+            what, j, side = owners[seg.event]
+            first_step = min(_FIRST_STEP * max(1.0, t), t1 - t) if what == "p" and t < t1 else None
+            if len(K):
+                drift = max(drift, float(np.max(np.abs(prob.preacts(theta)[np.array(K)]))))
+            forced, arrived = ({j: side}, []) if what == "s" else ({}, [j])
+            new_pattern, new_K = _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t)
+            events += _changes(prob, t, pattern, K, new_pattern, new_K)
+            pattern, K = new_pattern, new_K
+    except RuntimeError as e:
+        e.partial = result()  # the run up to where it stopped: a long run is not lost
+        raise
     # Save times the segments did not reach (t1 = 0, or an event at t1).
     saved += [(s, prob.loss_of(prob.layout.unflatten(theta)), energy) for s in t_eval[len(saved) :]]
-    ps = [np.array(W) for W in prob.layout.unflatten(theta)]
-    return FilippovResult(
-        params=ps,
-        t=t,
-        events=events,
-        ts=np.array([s for s, _, _ in saved]),
-        losses=np.array([v for _, v, _ in saved]),
-        energies=np.array([e for _, _, e in saved]),
-        initial_loss=initial_loss,
-        loss=prob.loss_of(ps),
-        energy=energy,
-        sliding=[prob.layout.entry(j) for j in K],
-        drift=drift,
-        nfev=nfev,
-    )
+    return result()
 
 
 # --------------------------------------------------------------------------------------

@@ -14,7 +14,15 @@ import scipy.optimize
 from conftest import max_diff
 
 from benchmarks.filippov import PROBLEMS, teacher_problem  # the benchmark's problems (same generator)
-from gflow.reference import _min_norm_sum, balance_drift, filippov_flow, preactivations, scipy_flow
+from gflow.reference import (
+    _isometric,
+    _min_norm_field,
+    _min_norm_sum,
+    balance_drift,
+    filippov_flow,
+    preactivations,
+    scipy_flow,
+)
 
 RTOL, ATOL = 1e-12, 1e-14  # filippov_flow's default tolerances
 KEYED = ("cross", "slide_start", "slide_end")  # gflow's touch/repel/cut have no counterpart
@@ -82,7 +90,7 @@ def hulls(seed):
 
 def test_min_norm_point_against_nnls_and_its_certificate():
     for kind, P in hulls(0):
-        x, (w,) = _min_norm_sum([P])
+        x, (w,), _ = _min_norm_sum([P])
         scale = float(np.max(np.sum(P**2, axis=1)))
         # Feasible: weights on the simplex that reproduce x.
         assert np.all(w >= 0) and abs(w.sum() - 1) < 1e-14, kind
@@ -110,14 +118,50 @@ def test_min_norm_of_a_minkowski_sum_against_its_listed_vertices():
             bits = (np.arange(2**k)[:, None] >> np.arange(k)) & 1
             blocks.append(rng.normal(size=d) * rng.uniform(0, 2) + bits @ rng.normal(size=(k, d)))
         offset = rng.normal(size=d) * rng.choice([0.0, 0.3, 3.0])
-        x, weights = _min_norm_sum(blocks, offset)
         listed = np.array([offset + sum(v) for v in itertools.product(*blocks)])
         scale = float(np.max(np.sum(listed**2, axis=1)))
-        assert all(np.all(w >= 0) and abs(w.sum() - 1) < 1e-14 for w in weights)
-        assert np.max(np.abs(offset + sum(w @ b for w, b in zip(weights, blocks)) - x)) < 1e-13 * np.sqrt(scale)
-        assert np.min(listed @ x) >= x @ x - 1e-13 * scale
-        assert np.max(np.abs(x - nnls_min_norm(listed))) < 1e-10
+        # Cold, and warm from a stale corral (random vertices, one repeated): the same point.
+        stale = [tuple(int(rng.integers(len(b))) for b in blocks) for _ in range(int(rng.integers(1, 4)))]
+        for start in (None, stale + stale[:1]):
+            x, weights, corral = _min_norm_sum(blocks, offset, start=start)
+            assert all(np.all(w >= 0) and abs(w.sum() - 1) < 1e-14 for w in weights)
+            assert np.max(np.abs(offset + sum(w @ b for w, b in zip(weights, blocks)) - x)) < 1e-13 * np.sqrt(scale)
+            assert np.min(listed @ x) >= x @ x - 1e-13 * scale
+            assert np.max(np.abs(x - nnls_min_norm(listed))) < 1e-10
+            assert all(len(choice) == len(blocks) for choice in corral)
     assert np.array_equal(_min_norm_sum([], np.arange(3.0))[0], np.arange(3.0))
+
+
+def test_min_norm_field_in_reduced_coordinates_against_the_listed_hull():
+    """The field's min-norm point computed in the QR coordinates of its generators
+    (`_isometric`, as the one-sided tests do), with and without a pin, against NNLS over
+    the listed vertices in the full space; the reduction keeps every inner product."""
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        d = int(rng.integers(40, 120))  # |θ| far above the generators' count, as in a deep net
+        blocks, n_K = [], 0
+        for _ in range(int(rng.integers(1, 4))):
+            k = int(rng.integers(1, 4))
+            bits = ((np.arange(2**k)[:, None] >> np.arange(k)) & 1).astype(float)
+            grads = rng.normal(size=d) + bits @ rng.normal(size=(k, d))
+            blocks.append((np.arange(n_K, n_K + k), bits, grads))
+            n_K += k
+        offset = rng.normal(size=d) * rng.choice([0.0, 0.5, 3.0])
+        reduced = _isometric(offset, blocks)
+        full = np.vstack([offset] + [g for _, _, g in blocks])
+        small = np.vstack([reduced[0]] + [g for _, _, g in reduced[1]])
+        assert small.shape[1] < d
+        assert np.max(np.abs(small @ small.T - full @ full.T)) < 1e-12 * np.max(np.abs(full @ full.T))
+        for pin in (None, (np.array([0]), 1.0), (np.array([n_K - 1]), 0.0)):
+            rows = [g if pin is None else g[np.all(b[:, np.isin(p, pin[0])] == pin[1], axis=1)] for p, b, g in blocks]
+            listed = np.array([offset + sum(v) for v in itertools.product(*rows)])
+            expected = nnls_min_norm(listed)
+            for red in (None, reduced):
+                u, c, _ = _min_norm_field(offset, blocks, n_K, pin=pin, reduced=red)
+                assert np.max(np.abs(u - expected)) < 1e-10
+                assert np.all((c >= -1e-14) & (c <= 1 + 1e-14))
+                if pin is not None:
+                    assert np.max(np.abs(c[pin[0]] - pin[1])) < 1e-14
 
 
 # --------------------------------------------------------------------------------------
@@ -503,3 +547,18 @@ def test_sliding_limit_raises():
     params, X, Y = teacher_problem(**SLIDING3)
     with pytest.raises(RuntimeError, match="max_sliding=1"):
         filippov_flow(params, X, Y, t1=0.2, max_sliding=1)
+
+
+def test_a_run_that_raises_keeps_what_it_computed():
+    """A run stopped by its limits carries the run up to the stop (`partial`): the events
+    before it are those of an unlimited run, and its state is that run's at that time."""
+    params, X, Y = teacher_problem(**SLIDING4)
+    full = filippov_flow(params, X, Y, t1=5.0)
+    with pytest.raises(RuntimeError, match="max_events=5") as info:
+        filippov_flow(params, X, Y, t1=5.0, max_events=5, t_eval=[0.0, 5.0])
+    part = info.value.partial
+    assert 0 < part.t < 5.0 and part.events == [e for e in full.events if e.t < part.t]
+    assert list(part.ts) == [0.0]  # the save time reached, not the one after the stop
+    again = filippov_flow(params, X, Y, t1=part.t)
+    assert max(max_diff(a, b) for a, b in zip(part.params, again.params)) < 1e-9
+    assert abs(part.loss - again.loss) <= 1e-9 * again.loss
