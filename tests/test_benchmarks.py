@@ -228,6 +228,26 @@ def test_filippov_finds_units_that_share_a_surface():
     assert shared_surface(params, X, Y, first) == []
 
 
+def test_filippov_compares_the_events_before_a_reference_stop():
+    """A reference run that stops on its limits (here ``max_sliding=1`` where two units
+    slide at once, depth 3 teacher seed 9, ``t ≈ 0.081``) still counts: the benchmark
+    compares gflow's records before the stop with the reference's events there
+    (``partial``), and leaves the weights, which are of another time, uncompared."""
+    import numpy as np
+
+    from benchmarks.filippov import PROBLEMS, gflow_events, run_gflow, run_problems, teacher_problem
+
+    widths, n, _, _ = PROBLEMS["depth3"]
+    problem = teacher_problem(9, widths, n)
+    rows, batch = run_problems("depth3", [9], [problem], widths, n, 0.2, 1e-10, 1e-12, (), 1e-6, (1, 10))
+    (row,) = rows
+    assert "max_sliding=1" in row["reference_error"] and 0.05 < row["reference_t"] < 0.2
+    assert np.isnan(row["dtheta"]) and row["first_difference"] is None and row["matched"] >= 1
+    ours = gflow_events(run_gflow([problem], 0.2, 1e-10, 1e-12)[0][0])
+    assert row["matched"] == len([e for e in ours if e[0] < row["reference_t"] - 1e-6]) < len(ours)
+    assert batch["B"] == 1
+
+
 def test_deep_scale_at_a_small_size(runs):
     """``benchmarks/deep_scale.py`` on a depth-3 net whose units slide: the flow reaches
     ``t1`` with the energy identity and the mode gaps at the integration error, its loss
