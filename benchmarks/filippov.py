@@ -50,8 +50,15 @@ tests at every step: to `t = 0.5` (up to 20 units sliding) it took 583–2,622 s
 reports its `dtheta` and `dt_events` too, to tell a tolerance-limited difference from a
 different trajectory.
 
+A reference run that stops on its limits is compared up to its stop (its `partial`
+result): gflow's records more than `--tol` before it against the reference's events, not
+the weights. With `--checkpoint DIR` each reference run keeps its state in
+`DIR/{shape}-{seed}.json` after every event (`filippov_flow`'s `checkpoint`), and a
+rerun with the same `DIR` resumes it from there, to the same result; its wall time is
+then that of the resumed part.
+
 Run: `python -m benchmarks.filippov [--shapes depth3,depth4 | scale [--scale-t1 0.5]] [--rtol 1e-10 --atol 1e-12]
-[--tight 1e-12,1e-14] [--max-problems N] [--out benchmarks/results/filippov.json]`.
+[--tight 1e-12,1e-14] [--max-problems N] [--checkpoint DIR] [--out benchmarks/results/filippov.json]`.
 """
 
 from __future__ import annotations
@@ -226,7 +233,7 @@ class _NoReference:
         self.nfev, self.t = 0, 0.0
 
 
-def run_shape(name, seeds, rtol, atol, tight, tol, scale_t1=SCALE["t1"]):
+def run_shape(name, seeds, rtol, atol, tight, tol, scale_t1=SCALE["t1"], checkpoint=None):
     """Both sides on the problems of one shape (`"scale"`: the one problem of `SCALE`)."""
     if name == "scale":
         from .deep_scale import problem
@@ -237,12 +244,14 @@ def run_shape(name, seeds, rtol, atol, tight, tol, scale_t1=SCALE["t1"]):
     else:
         widths, n, t1, _ = PROBLEMS[name]
         problems, sliding = [teacher_problem(seed, widths, n) for seed in seeds], (MAX_SLIDING, MAX_SLIDING)
-    return run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, sliding)
+    return run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, sliding, checkpoint)
 
 
-def run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, sliding):
+def run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, sliding, checkpoint=None):
     """gflow (one batch) and the reference (each problem) on `problems`, compared;
-    `sliding`: the most units at once for the reference and for gflow."""
+    `sliding`: the most units at once for the reference and for gflow; `checkpoint`: a
+    folder where each reference run keeps its state (`{name}-{seed}.json`) and from which
+    it resumes."""
     import gflow
     from gflow.reference import filippov_flow
 
@@ -252,7 +261,8 @@ def run_problems(name, seeds, problems, widths, n, t1, rtol, atol, tight, tol, s
     for b, (seed, (params, X, Y)) in enumerate(zip(seeds, problems, strict=True)):
         t = time.perf_counter()
         try:
-            ref, failed = filippov_flow(params, X, Y, t1=t1, max_sliding=sliding[0]), None
+            kept = dict(checkpoint=f"{checkpoint}/{name}-{seed}.json", resume=True) if checkpoint else {}
+            ref, failed = filippov_flow(params, X, Y, t1=t1, max_sliding=sliding[0], **kept), None
         except RuntimeError as e:  # the reference's own limits (events, units at once)
             ref, failed = getattr(e, "partial", None) or _NoReference(params), str(e)
         ref_wall = time.perf_counter() - t
@@ -319,6 +329,8 @@ def main(argv=None):
     parser.add_argument("--tight", default="", help="RTOL,ATOL: gflow once more at these tolerances (default: not)")
     parser.add_argument("--tol", type=float, default=1e-6, help="the target on weights and event times (1e-6)")
     parser.add_argument("--max-problems", type=int, default=0, help="the first N seeds of each shape (0: all)")
+    parser.add_argument("--checkpoint", default="", metavar="DIR",
+                        help="keep each reference run's state in DIR and resume from it (default: not)")  # fmt: skip
     parser.add_argument("--out", default="benchmarks/results/filippov.json")
     args = parser.parse_args(argv)
     import gflow  # noqa: F401  (float64)
@@ -328,7 +340,7 @@ def main(argv=None):
     rows, batches = [], []
     for name in args.shapes.split(","):
         seeds = PROBLEMS[name][3][: args.max_problems or None] if name != "scale" else None
-        r, b = run_shape(name, seeds, args.rtol, args.atol, tight, args.tol, args.scale_t1)
+        r, b = run_shape(name, seeds, args.rtol, args.atol, tight, args.tol, args.scale_t1, args.checkpoint or None)
         rows += r
         batches.append(b)
     print(f"gflow rtol {args.rtol:g}, atol {args.atol:g}" + (f" (and {tight[0]:g}, {tight[1]:g})" if tight else "")

@@ -172,6 +172,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import importlib.metadata
 import numbers
 import typing
 from collections.abc import Sequence
@@ -1316,6 +1318,50 @@ def _filippov_segment(prob, theta, energy, t, t1, pattern, K, rtol, atol, first_
     return segment, owners, drift_log
 
 
+def _run_key(params, X, Y, loss, weight_decay, rtol, atol, max_sliding, t_eval):
+    """A digest of what decides a run of `filippov_flow`: the problem and the options that
+    shape its trajectory (`t1` and `max_events` only end it)."""
+    h = hashlib.sha256(repr((loss, float(weight_decay), float(rtol), float(atol), int(max_sliding))).encode())
+    for a in [*params, X, Y, t_eval]:
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _write_checkpoint(path, key, **state):
+    """`filippov_flow`'s state, with the run's key and gflow's version, as JSON (exact:
+    Python writes each float as the shortest string that reads back to it)."""
+    from ._io import write_json
+
+    state["pattern"] = [bool(b) for b in state["pattern"]]
+    state["K"] = [int(j) for j in state["K"]]
+    state["events"] = [list(e) for e in state["events"]]
+    write_json(path, dict(key=key, gflow=importlib.metadata.version("gflow"), **state))
+
+
+def _read_checkpoint(path, key):
+    """The state written by `_write_checkpoint` at `path` (`None` if there is none),
+    checked against this run's key and gflow's version."""
+    import json
+    import pathlib
+
+    path = pathlib.Path(path)
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    version = importlib.metadata.version("gflow")
+    if state.get("key") != key or state.get("gflow") != version:
+        raise ValueError(
+            f"`checkpoint` {str(path)!r} is of another run (gflow {state.get('gflow')}, this is {version}; "
+            f"its problem and options {'match' if state.get('key') == key else 'differ'}): "
+            "expected the state of this problem with the same loss, weight_decay, rtol, atol, max_sliding and t_eval."
+        )
+    state["theta"] = np.array(state["theta"], dtype=np.float64)
+    state["pattern"] = np.array(state["pattern"], dtype=bool)
+    return state
+
+
 def _check_t_eval(t_eval, t1):
     """Save times: a 1-D nondecreasing array in `[0, t1]` (empty for `None`)."""
     if t_eval is None:
@@ -1348,6 +1394,8 @@ def filippov_flow(
     t_eval=None,
     max_events=10_000,
     max_sliding=10,
+    checkpoint=None,
+    resume=False,
 ):
     """Integrate the Filippov gradient flow of a ReLU network of any depth, sliding
     included, with SciPy's `DOP853`, a NumPy backward pass and Wolfe's min-norm point.
@@ -1372,6 +1420,15 @@ def filippov_flow(
     - `max_sliding`: the most units that may slide at once. A field evaluation costs
       `2^k` one-point backward passes for each point with `k` units on their surfaces;
       more than 16 at one point raise `RuntimeError`.
+    - `checkpoint`: a path, or `None`. The run's state is written there (JSON, atomically)
+      at its start and after every event: the weights, the energy, the sliding set and
+      sides, the events and save times so far. Each segment of the flow starts afresh at
+      an event, so that state is all a continuation needs.
+    - `resume`: with `checkpoint`, continue from the state written there, if any, to
+      `t1` (the same result as one uninterrupted call, to the last bit). The file must be
+      of the same problem, `loss`, `weight_decay`, `rtol`, `atol`, `max_sliding` and
+      `t_eval`, and of the same gflow version (else `ValueError`); `t1` and
+      `max_events` may differ.
 
     **Returns:** a [`FilippovResult`][].
 
@@ -1392,13 +1449,33 @@ def filippov_flow(
     )
     max_sliding = _check_count(max_sliding, "max_sliding")
     t_eval = _check_t_eval(t_eval, t1)
+    if resume and checkpoint is None:
+        raise ValueError("`resume=True` needs `checkpoint` (the path of the state to continue from).")
     prob = _Problem.of(params, X, Y, loss, weight_decay)
+    key = _run_key(params, X, Y, loss, weight_decay, rtol, atol, max_sliding, t_eval)
     theta = np.concatenate([W.ravel() for W in params])
     initial_loss = prob.loss_of(prob.layout.unflatten(theta))
-    energy, t, nfev, n_events, drift, saved = 0.0, 0.0, 0, 0, 0.0, []
-    pattern, K = _settle(prob, theta, prob.preacts(theta) > 0, [], {}, [], max_sliding, t)
-    events = _changes(prob, 0.0, prob.preacts(theta) > 0, [], pattern, K)
-    first_step = None  # SciPy's own choice, except after a crossing (module docstring, "Events")
+    state = _read_checkpoint(checkpoint, key) if resume else None
+    if state is None:
+        energy, t, nfev, n_events, drift, saved = 0.0, 0.0, 0, 0, 0.0, []
+        pattern, K = _settle(prob, theta, prob.preacts(theta) > 0, [], {}, [], max_sliding, t)
+        events = _changes(prob, 0.0, prob.preacts(theta) > 0, [], pattern, K)
+        first_step = None  # SciPy's own choice, except after a crossing (module docstring, "Events")
+    else:
+        theta, energy, t, nfev, n_events, drift = (
+            state[k] for k in ("theta", "energy", "t", "nfev", "n_events", "drift")
+        )
+        pattern, K, first_step = state["pattern"], state["K"], state["first_step"]
+        events = [FilippovEvent(*e) for e in state["events"]]
+        saved = [tuple(s) for s in state["saved"]]
+
+    def save():
+        if checkpoint is not None:
+            _write_checkpoint(checkpoint, key, theta=theta, energy=energy, t=t, nfev=nfev, n_events=n_events,
+                              drift=drift, pattern=pattern, K=K, first_step=first_step, events=events, saved=saved)  # fmt: skip
+
+    if state is None:
+        save()
 
     def result():
         ps = [np.array(W) for W in prob.layout.unflatten(theta)]
@@ -1442,6 +1519,7 @@ def filippov_flow(
             new_pattern, new_K = _settle(prob, theta, pattern, K, forced, arrived, max_sliding, t)
             events += _changes(prob, t, pattern, K, new_pattern, new_K)
             pattern, K = new_pattern, new_K
+            save()
     except RuntimeError as e:
         e.partial = result()  # the run up to where it stopped: a long run is not lost
         raise

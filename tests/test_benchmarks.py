@@ -228,19 +228,24 @@ def test_filippov_finds_units_that_share_a_surface():
     assert shared_surface(params, X, Y, first) == []
 
 
-def test_filippov_compares_the_events_before_a_reference_stop():
+def test_filippov_compares_the_events_before_a_reference_stop(tmp_path):
     """A reference run that stops on its limits (here ``max_sliding=1`` where two units
     slide at once, depth 3 teacher seed 9, ``t ≈ 0.081``) still counts: the benchmark
     compares gflow's records before the stop with the reference's events there
-    (``partial``), and leaves the weights, which are of another time, uncompared."""
+    (``partial``), and leaves the weights, which are of another time, uncompared. With a
+    checkpoint folder the reference's state up to its stop is kept there."""
+    import json
+
     import numpy as np
 
     from benchmarks.filippov import PROBLEMS, gflow_events, run_gflow, run_problems, teacher_problem
 
     widths, n, _, _ = PROBLEMS["depth3"]
     problem = teacher_problem(9, widths, n)
-    rows, batch = run_problems("depth3", [9], [problem], widths, n, 0.2, 1e-10, 1e-12, (), 1e-6, (1, 10))
+    rows, batch = run_problems("depth3", [9], [problem], widths, n, 0.2, 1e-10, 1e-12, (), 1e-6, (1, 10), tmp_path)
     (row,) = rows
+    kept = json.loads((tmp_path / "depth3-9.json").read_text())
+    assert kept["t"] < row["reference_t"] and len(kept["events"]) == row["events_reference"] > 0
     assert "max_sliding=1" in row["reference_error"] and 0.05 < row["reference_t"] < 0.2
     assert np.isnan(row["dtheta"]) and row["first_difference"] is None and row["matched"] >= 1
     ours = gflow_events(run_gflow([problem], 0.2, 1e-10, 1e-12)[0][0])

@@ -549,6 +549,29 @@ def test_sliding_limit_raises():
         filippov_flow(params, X, Y, t1=0.2, max_sliding=1)
 
 
+def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
+    """A run stopped after five events (here by `max_events`, as a killed process would
+    be) and resumed from its checkpoint ends where an uninterrupted run ends, bit for
+    bit: same events, weights, energy and save times. A checkpoint of another problem is
+    refused, naming the argument."""
+    params, X, Y = teacher_problem(**SLIDING4)
+    ts = np.linspace(0.0, 5.0, 6)
+    full = filippov_flow(params, X, Y, t1=5.0, t_eval=ts)
+    path = tmp_path / "state.json"
+    with pytest.raises(RuntimeError, match="max_events=5"):
+        filippov_flow(params, X, Y, t1=5.0, t_eval=ts, max_events=5, checkpoint=path)
+    again = filippov_flow(params, X, Y, t1=5.0, t_eval=ts, checkpoint=path, resume=True)
+    assert len(full.events) > 10 and again.events == full.events
+    assert all(np.array_equal(a, b) for a, b in zip(again.params, full.params))
+    assert again.energy == full.energy and again.nfev == full.nfev and again.drift == full.drift
+    assert np.array_equal(again.losses, full.losses) and np.array_equal(again.energies, full.energies)
+    other = [W * 1.01 for W in params]
+    with pytest.raises(ValueError, match="`checkpoint`.*another run"):
+        filippov_flow(other, X, Y, t1=5.0, t_eval=ts, checkpoint=path, resume=True)
+    with pytest.raises(ValueError, match="`resume=True` needs `checkpoint`"):
+        filippov_flow(params, X, Y, t1=5.0, resume=True)
+
+
 def test_a_run_that_raises_keeps_what_it_computed():
     """A run stopped by its limits carries the run up to the stop (`partial`): the events
     before it are those of an unlimited run, and its state is that run's at that time."""
