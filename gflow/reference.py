@@ -1425,7 +1425,8 @@ def filippov_flow(
       sides, the events and save times so far. Each segment of the flow starts afresh at
       an event, so that state is all a continuation needs.
     - `resume`: with `checkpoint`, continue from the state written there, if any, to
-      `t1` (the same result as one uninterrupted call, to the last bit). The file must be
+      `t1` (with the `t1` of the interrupted call, the result of one uninterrupted call to
+      the last bit). The file must be
       of the same problem, `loss`, `weight_decay`, `rtol`, `atol`, `max_sliding` and
       `t_eval`, and of the same gflow version (else `ValueError`); `t1` and
       `max_events` may differ.
