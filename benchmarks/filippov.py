@@ -43,8 +43,10 @@ width 20, 20 points: 3,600 pre-activations) from `t = 0` to `--scale-t1` (defaul
 compared the same way, both sides with `deep_scale`'s limit of 64 units sliding at once.
 The reference's field costs `2^k` one-point backward passes per point with `k` units on
 their surfaces and a Wolfe solve per field evaluation, and `2|K|` more solves for the
-tests at every step: to `t = 0.5` (up to 20 units sliding) it took 583–2,622 s on the
-2-core CPU (by what ran beside it) and to `t = 1` (up to 28) 5,440 s, which sets `t1`.
+tests at every step: to `t = 0.5` (up to 20 units sliding) 0.5.4's took 583–2,622 s on
+the 2-core CPU (by what ran beside it) and 0.5.5's 125 s; to `t = 12.5` (up to 31) about
+38 minutes. Beyond `t ≈ 13` its sliding set changes every 0.01–0.3 in time, and a run
+toward `t = 25` reached 17.6 after 4,973 s: use `--checkpoint` for such runs.
 
 `--tight RTOL,ATOL` repeats gflow at tighter tolerances (a second compile per shape) and
 reports its `dtheta` and `dt_events` too, to tell a tolerance-limited difference from a
