@@ -174,7 +174,9 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import json
 import numbers
+import pathlib
 import typing
 from collections.abc import Sequence
 
@@ -184,6 +186,8 @@ import numpy as np
 import scipy.integrate
 import scipy.optimize
 import scipy.special
+
+from ._io import write_json
 
 jax.config.update("jax_enable_x64", True)
 
@@ -826,9 +830,10 @@ def _min_norm_sum(blocks, offset=None, tol=1e-15, start=None):
             Q = [s for s, kept in zip(Q, keep, strict=True) if kept]
             w = w[keep]
 
-    S = [tuple(int(np.argmin(s)) for s in sq)]
     if start:
         S = list(dict.fromkeys(tuple(int(v) for v in choice) for choice in start))
+    else:
+        S = [tuple(int(np.argmin(s)) for s in sq)]
     Q = [vertex(choice) for choice in S]
     S, Q, w = minor(S, Q, np.full(len(S), 1.0 / len(S)))
     x = w @ np.array(Q)
@@ -1029,7 +1034,7 @@ def _min_norm_field(offset, blocks, n_K, pin=None, reduced=None, start=None):
         vertices.append((pos, bits[rows], grads_r[rows]))
         full.append(grads[rows])
     _, weights, S = _min_norm_sum([g for _, _, g in vertices], offset_r, start=start)
-    u = offset + sum((lam @ g for lam, g in zip(weights, full, strict=True)), np.zeros_like(offset))
+    u = sum((lam @ g for lam, g in zip(weights, full, strict=True)), offset)
     c = np.zeros(n_K)
     for (pos, bits, _), lam in zip(vertices, weights, strict=True):
         c[pos] = lam @ bits
@@ -1332,8 +1337,6 @@ def _run_key(params, X, Y, loss, weight_decay, rtol, atol, max_sliding, t_eval):
 def _write_checkpoint(path, key, **state):
     """`filippov_flow`'s state, with the run's key and gflow's version, as JSON (exact:
     Python writes each float as the shortest string that reads back to it)."""
-    from ._io import write_json
-
     state["pattern"] = [bool(b) for b in state["pattern"]]
     state["K"] = [int(j) for j in state["K"]]
     state["events"] = [list(e) for e in state["events"]]
@@ -1343,9 +1346,6 @@ def _write_checkpoint(path, key, **state):
 def _read_checkpoint(path, key):
     """The state written by `_write_checkpoint` at `path` (`None` if there is none),
     checked against this run's key and gflow's version."""
-    import json
-    import pathlib
-
     path = pathlib.Path(path)
     if not path.exists():
         return None
