@@ -158,12 +158,10 @@ def slot_sizes(K):
     return sorted({1, K})
 
 
-class System:
-    """The smooth pieces of the gradient field of one network on one data set.
-
-    Built once per (network shape, loss); all methods act on one trajectory (flat
-    parameter vector ``y``) and are vmapped by :mod:`gflow.flow`.
-    """
+class _Field:
+    """The smooth pieces of the gradient field: with every unit's slope fixed, the loss,
+    the field ``−∇L``, the pre-activations and their rates along it, and the rates'
+    Jacobian in the slopes."""
 
     def __init__(self, unravel, loss, n, hidden_widths, max_sliding, small=SMALL_PRODUCT):
         from .losses import LOSSES, objective
@@ -189,7 +187,6 @@ class System:
         by_point[point, position] = np.arange(self.P)
         self._by_point = by_point  # [point, position] -> flat index
 
-    # -- pieces ---------------------------------------------------------------------------
     def _slope_list(self, slopes):
         from .networks import unflatten_preactivations
 
@@ -302,7 +299,11 @@ class System:
     def base_slopes(mode, control):
         return jnp.where(mode == ACTIVE, 1.0, jnp.where(mode == SLIDING, control, 0.0))
 
-    # -- equivalent control -----------------------------------------------------------------
+
+class _Controls:
+    """The sliding units' equivalent controls: the slopes that hold every sliding unit's
+    rate at 0 (module docstring), by the cheapest exact route for the number sliding."""
+
     def sliding_slots(self, mode, slots=None):
         idx = jnp.nonzero(mode == SLIDING, size=slots or self.K, fill_value=self.P)[0]
         return idx, idx < self.P
@@ -364,6 +365,83 @@ class System:
         else:
             index = jnp.where(n_sliding > 1, jnp.searchsorted(jnp.array(sizes[1:]), n_sliding) + 1, 0)
         return jax.lax.switch(jnp.minimum(index, len(routes) - 1), routes)
+
+    def _single_control(self, y, data, mode, warm):
+        """:meth:`equivalent_control` when at most one unit slides (deeper networks), at the
+        cost of three field evaluations rather than three Jacobians. On its surface its rate
+        is affine in its own control ``c`` (the rate's gradient depends only on the slopes
+        of lower layers, and the unit's output ``c·p`` is 0): ``r(c) ≈ a₋ + c·(a₊ − a₋)``
+        from the two one-sided rates. The damped Newton step of :meth:`equivalent_control`
+        (:func:`_damped_inverse`: damping ``(1e-7·|J|)²``, ``|J|`` floored) is run three
+        times on this affine model, then once more on the true rate at the control found:
+        a unit held within the event tolerance of its surface (``p`` ~ 1e-11, not 0) feeds
+        ``c·p`` to the layers above, which makes ``r`` quadratic in ``c`` with a coefficient
+        of order ``p``. Without that step the rate left over is of order ``p`` and can feed
+        ``p`` itself: in a thm4 run (depth 3, width 4, ``λ = 1e-2``) a sliding unit's ``p``
+        grew from 1e-11 to 2e-3 while it slid. With it both routes give the same control
+        (``tests/test_deep.py::test_single_sliding_control_zeroes_the_rate_off_the_surface``)."""
+        k = jnp.argmax(mode == SLIDING)
+        sliding = mode[k] == SLIDING
+        base = self.base_slopes(mode, jnp.zeros_like(warm))
+
+        def rate(value):
+            _, pdot = self.field_and_rates(y, data, base.at[k].set(value))
+            return pdot[k]
+
+        a_plus, a_minus = jax.vmap(rate)(jnp.array([1.0, 0.0]))
+        J = a_plus - a_minus
+        mu, _ = _damping(jnp.abs(J))
+        c = warm[k]
+        for _ in range(3):
+            c = c - J * (a_minus + c * J) / (J * J + mu)
+        c = c - J * rate(c) / (J * J + mu)
+        c = jnp.where(sliding, c, warm[k])
+        return jnp.where(sliding, base.at[k].set(c), base), warm.at[k].set(c)
+
+    @_traced_once()
+    def _controls(self, y, data, mode, control, n_sliding, chord=None):
+        """``(slopes, control)`` for the current modes by the cheapest exact route.
+
+        ``n_sliding`` is batch-wide: the most units sliding in any member (a bool means
+        "some, any number"), so that the choice stays a real branch under vmap. Nothing
+        slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1 or
+        ``K`` sliding units, the fewest that fit (:func:`slot_sizes`); in deeper networks
+        one sliding unit takes :meth:`_single_control`. Depth 2 with at
+        most ``_BLOCK_POINTS`` points: :meth:`_controls_depth2_blocks` whenever some unit
+        slides (for tiny problems written out scalar by scalar,
+        :meth:`_controls_depth2_entries`). ``chord``: see :meth:`chord`.
+        """
+        if len(self.hidden_widths) == 1 and self.n <= _BLOCK_POINTS:
+            some = n_sliding if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_) else n_sliding > 0
+            tiny = self.n * y.shape[0] <= _ENTRIES_LIMIT
+            blocks = self._controls_depth2_entries if tiny else self._controls_depth2_blocks
+            return jax.lax.cond(
+                some,
+                lambda: blocks(y, data, mode, control),
+                lambda: (self.base_slopes(mode, control), control),
+            )
+        sizes = slot_sizes(self.K)
+        routes = [lambda: (self.base_slopes(mode, control), control)]
+        for size in sizes:
+            if size == 1 and len(self.hidden_widths) > 1:
+                routes.append(lambda: self._single_control(y, data, mode, control))
+            else:
+                routes.append(functools.partial(self.equivalent_control, y, data, mode, control, size, chord))
+        if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_):
+            index = jnp.where(n_sliding, len(sizes), 0)
+        else:
+            index = jnp.where(n_sliding > 0, 1 + jnp.searchsorted(jnp.array(sizes), n_sliding), 0)
+        return jax.lax.switch(jnp.minimum(index, len(sizes)), routes)
+
+    def slopes(self, y, data, mode, control, n_sliding, chord=None):
+        """Slopes for the current modes; solves the sliding controls only when
+        ``n_sliding > 0`` (see :meth:`_controls`)."""
+        return self._controls(y, data, mode, control, n_sliding, chord)[0]
+
+
+class _Depth2Controls:
+    """Depth 2: the sliding controls in closed form, the rates being affine in them
+    (:meth:`_depth2_system`)."""
 
     def _depth2_system(self, y, data, base):
         """Depth 2: with ``β = ∂ℓ/∂H`` (``H`` the hidden activations, ``(n, d_1)``) and the
@@ -454,77 +532,11 @@ class System:
                 control.append(jnp.where(sl[r], c_r, warm[j * n + r]))
         return jnp.stack(slopes), jnp.stack(control)
 
-    def _single_control(self, y, data, mode, warm):
-        """:meth:`equivalent_control` when at most one unit slides (deeper networks), at the
-        cost of three field evaluations rather than three Jacobians. On its surface its rate
-        is affine in its own control ``c`` (the rate's gradient depends only on the slopes
-        of lower layers, and the unit's output ``c·p`` is 0): ``r(c) ≈ a₋ + c·(a₊ − a₋)``
-        from the two one-sided rates. The damped Newton step of :meth:`equivalent_control`
-        (:func:`_damped_inverse`: damping ``(1e-7·|J|)²``, ``|J|`` floored) is run three
-        times on this affine model, then once more on the true rate at the control found:
-        a unit held within the event tolerance of its surface (``p`` ~ 1e-11, not 0) feeds
-        ``c·p`` to the layers above, which makes ``r`` quadratic in ``c`` with a coefficient
-        of order ``p``. Without that step the rate left over is of order ``p`` and can feed
-        ``p`` itself: in a thm4 run (depth 3, width 4, ``λ = 1e-2``) a sliding unit's ``p``
-        grew from 1e-11 to 2e-3 while it slid. With it both routes give the same control
-        (``tests/test_deep.py::test_single_sliding_control_zeroes_the_rate_off_the_surface``)."""
-        k = jnp.argmax(mode == SLIDING)
-        sliding = mode[k] == SLIDING
-        base = self.base_slopes(mode, jnp.zeros_like(warm))
 
-        def rate(value):
-            _, pdot = self.field_and_rates(y, data, base.at[k].set(value))
-            return pdot[k]
-
-        a_plus, a_minus = jax.vmap(rate)(jnp.array([1.0, 0.0]))
-        J = a_plus - a_minus
-        mu, _ = _damping(jnp.abs(J))
-        c = warm[k]
-        for _ in range(3):
-            c = c - J * (a_minus + c * J) / (J * J + mu)
-        c = c - J * rate(c) / (J * J + mu)
-        c = jnp.where(sliding, c, warm[k])
-        return jnp.where(sliding, base.at[k].set(c), base), warm.at[k].set(c)
-
-    @_traced_once()
-    def _controls(self, y, data, mode, control, n_sliding, chord=None):
-        """``(slopes, control)`` for the current modes by the cheapest exact route.
-
-        ``n_sliding`` is batch-wide: the most units sliding in any member (a bool means
-        "some, any number"), so that the choice stays a real branch under vmap. Nothing
-        slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1 or
-        ``K`` sliding units, the fewest that fit (:func:`slot_sizes`); in deeper networks
-        one sliding unit takes :meth:`_single_control`. Depth 2 with at
-        most ``_BLOCK_POINTS`` points: :meth:`_controls_depth2_blocks` whenever some unit
-        slides (for tiny problems written out scalar by scalar,
-        :meth:`_controls_depth2_entries`). ``chord``: see :meth:`chord`.
-        """
-        if len(self.hidden_widths) == 1 and self.n <= _BLOCK_POINTS:
-            some = n_sliding if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_) else n_sliding > 0
-            tiny = self.n * y.shape[0] <= _ENTRIES_LIMIT
-            blocks = self._controls_depth2_entries if tiny else self._controls_depth2_blocks
-            return jax.lax.cond(
-                some,
-                lambda: blocks(y, data, mode, control),
-                lambda: (self.base_slopes(mode, control), control),
-            )
-        sizes = slot_sizes(self.K)
-        routes = [lambda: (self.base_slopes(mode, control), control)]
-        for size in sizes:
-            if size == 1 and len(self.hidden_widths) > 1:
-                routes.append(lambda: self._single_control(y, data, mode, control))
-            else:
-                routes.append(functools.partial(self.equivalent_control, y, data, mode, control, size, chord))
-        if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_):
-            index = jnp.where(n_sliding, len(sizes), 0)
-        else:
-            index = jnp.where(n_sliding > 0, 1 + jnp.searchsorted(jnp.array(sizes), n_sliding), 0)
-        return jax.lax.switch(jnp.minimum(index, len(sizes)), routes)
-
-    def slopes(self, y, data, mode, control, n_sliding, chord=None):
-        """Slopes for the current modes; solves the sliding controls only when
-        ``n_sliding > 0`` (see :meth:`_controls`)."""
-        return self._controls(y, data, mode, control, n_sliding, chord)[0]
+class _Guards:
+    """What the event guards watch: each unit's guard, and the units the data cannot
+    reach (dead first-layer neurons; *cut*, *stranded*, *revived* and *vanished* units of the
+    bias-free degeneracy, module docstring)."""
 
     @_traced_once()
     def guards(self, y, data, mode, control, n_sliding, chord=None):
@@ -550,8 +562,6 @@ class System:
         n, d = self.n, self.hidden_widths[0]
         dead = jnp.all(mode[: d * n].reshape(d, n) == INACTIVE, axis=1)
         return jnp.zeros(self.P, bool).at[: d * n].set(jnp.repeat(dead, n))
-
-    # -- events -----------------------------------------------------------------------------
 
     def cut(self, mode):
         """Units whose point has no activation in the layer below (*cut*), and units held
@@ -622,6 +632,11 @@ class System:
             cuts.append(cut.reshape(-1))
             has.append(carried)
         return jnp.concatenate(cuts), has
+
+
+class _Depth2Kinks:
+    """Depth 2: what happens at a kink (0.2.4's rule; deeper networks:
+    :func:`gflow.kinks.resolve`)."""
 
     def handle(self, y, data, mode, control, pending, initial=False):
         """Depth 2: resolve the units in ``pending`` at state ``y`` (they sit on their
@@ -726,6 +741,17 @@ class System:
             (gone & (mode2 != SLIDING), jnp.full(P, int(Kind.SLIDE_END), jnp.int32), gone_dir),
         )
         return mode2.astype(mode.dtype), control2, pending & ~handled, records, jnp.zeros((), bool)
+
+
+class System(_Field, _Controls, _Depth2Controls, _Guards, _Depth2Kinks):
+    """The gradient field of one network on one data set, and its kinks: the smooth pieces
+    (:class:`_Field`), the sliding controls (:class:`_Controls`; depth 2 in closed form,
+    :class:`_Depth2Controls`), the event guards and the units the data cannot reach
+    (:class:`_Guards`), and depth 2's rule at a kink (:class:`_Depth2Kinks`).
+
+    Built once per (network shape, loss); all methods act on one trajectory (flat
+    parameter vector ``y``) and are vmapped by :mod:`gflow.flow`.
+    """
 
 
 _SLOT_CHUNK = 4  # slots per pass of the loop of System.rates_jacobian

@@ -152,35 +152,10 @@ class _Call(NamedTuple):
     pid_reset: object = None  # the step controller's state at a lane's start
 
 
-class _Program:
-    """One compiled program: the stages of the integrator for one :class:`Config`.
+class _Integrand:
+    """The field the solver integrates (θ and the energy integral), the event guards' view
+    of sliding units, and the solver and step controller at a member's tolerances."""
 
-    :meth:`run` is the whole call: start a lane per trajectory, iterate, collect. Each
-    iteration (:meth:`_iteration`) reads top to bottom: **step** every running member
-    (:meth:`_attempt`: one solver step and its event guards), **locate** the earliest
-    crossing of the members whose guards changed sign (:meth:`_locate`), **resolve** the
-    kinks at the end of forced steps (:meth:`_resolve`), **advance** the accepted members
-    and check the **stops** (:meth:`_advance`)."""
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
-        small = written_out_below(cfg.lanes)
-        self.system = ev.System(_unravel_for(cfg.shapes), cfg.loss, cfg.n, cfg.hidden_widths, cfg.max_sliding, small)
-        self.base_solver = _SOLVERS[cfg.solver]()
-        self.P, self.E, self.M = self.system.P, cfg.max_events, cfg.event_samples
-        self.deep = len(cfg.hidden_widths) > 1
-        self.terms = diffrax.ODETerm(self.vector_field)
-        self.error_order = self.base_solver.order(self.terms) + 1
-        # Shallow networks: the stages written out (the loop over stages costs more than the
-        # tiny field). Deeper ones keep Diffrax's stage loop: there the field dominates, and
-        # writing out the stages would multiply the compile time of the sliding-control solves.
-        shallow = len(cfg.shapes) == 2 and cfg.solver not in _IMPLICIT
-        self.rk = _explicit_rk(self.base_solver.tableau, self.vector_field) if shallow else None
-        # Traced for the lane state's shapes and called inside the loop: jitted, with every
-        # input an argument, so that it is traced once (see events._traced_once).
-        self.start_lanes = jax.jit(self._start_lanes)
-
-    # ---- the field ------------------------------------------------------------------------
     def slopes_of(self, y, data, mode, control, n_sliding, chord=None):
         """Every unit's slope. With ``events="through"`` kinks are not stopped at: the slopes
         are the ReLU derivatives at the state itself (σ'(0) = 0), so the field is the plain
@@ -249,7 +224,11 @@ class _Program:
     def interpolant(self, c, t0, t_next, dense):
         return c.solver.interpolation_cls(t0=t0, t1=t_next, **dense)
 
-    # ---- the whole call -------------------------------------------------------------------
+
+class _Run:
+    """The whole call: lanes started from a queue of trajectories, iterated until every
+    one has stopped, their results collected."""
+
     def run(self, y0, X, Y, wd, modes, count, t1, rtol, atol, gtol, ltol, dtol, ts, max_steps, mtol):
         """Integrate the first ``count`` of the ``N`` rows of ``y0`` (the rest are padding:
         never started, results left at zero, so a padded batch costs no extra work)."""
@@ -311,7 +290,20 @@ class _Program:
         out["loss0"] = loss0
         return out, loss, gnorm
 
-    # ---- lanes ----------------------------------------------------------------------------
+    def _finish(self, N, count, next_, out, state, finished):
+        """Write finished lanes' results; those with a trajectory left in the queue are
+        started at the top of the next iteration (``take``), the others go idle."""
+        where = jnp.where(finished, state.slot, N)  # N: dropped
+        out = {k: v.at[where].set(getattr(state, k), mode="drop") for k, v in out.items()}
+        take = finished & (next_ + jnp.cumsum(finished, dtype=jnp.int32) - 1 < count)
+        idle = finished & ~take
+        state = state._replace(status=jnp.where(idle, _IDLE, state.status), slot=jnp.where(idle, N, state.slot))
+        return out, state, take
+
+
+class _Lanes:
+    """A lane's start: its state at ``t = 0`` for the next queued trajectory."""
+
     def _start_lanes(self, idx, y0, X, Y, wd, modes, t1, rtol, atol, ts, mtol):
         """Lane states for trajectories ``idx`` (``(L,)``), at t = 0. Units on their surfaces
         there, and units given as sliding, are decided in the lane's first iteration
@@ -415,17 +407,11 @@ class _Program:
         # The step controller's state at a lane's start: the same for every lane.
         return state, next_ + jnp.sum(take, dtype=jnp.int32), fresh.pid
 
-    def _finish(self, N, count, next_, out, state, finished):
-        """Write finished lanes' results; those with a trajectory left in the queue are
-        started at the top of the next iteration (``take``), the others go idle."""
-        where = jnp.where(finished, state.slot, N)  # N: dropped
-        out = {k: v.at[where].set(getattr(state, k), mode="drop") for k, v in out.items()}
-        take = finished & (next_ + jnp.cumsum(finished, dtype=jnp.int32) - 1 < count)
-        idle = finished & ~take
-        state = state._replace(status=jnp.where(idle, _IDLE, state.status), slot=jnp.where(idle, N, state.slot))
-        return out, state, take
 
-    # ---- one iteration --------------------------------------------------------------------
+class _Step:
+    """**Step**: one iteration of every running lane, and each member's solver step with
+    its event guards."""
+
     def _iteration(self, c, s: _State):
         """One iteration of every running lane: step, locate, resolve, advance, stop."""
         cfg, system, vmap = self.cfg, self.system, jax.vmap
@@ -560,6 +546,10 @@ class _Program:
         mode = jnp.where(done[:, None], o["mode_end"], s.mode)
         return _Kinks(mode, s.control, s.pending, s.unresolved, s.pending, o["y1"], ev_t, ev_k, ev_kind, ev_dir, n_ev)
 
+
+class _Locate:
+    """**Locate**: the earliest crossing of the members whose guards changed sign."""
+
     def _locate(self, c, s, o, has_event, n_sliding, chord):
         """The time of the earliest crossing of the members whose guards changed sign, and
         the units crossing there. The guards of units off their surfaces do not depend on
@@ -645,6 +635,10 @@ class _Program:
         _, hi, _, _, g_hi, _, mask, _, edge, at_edge, phase, _, _ = jax.lax.while_loop(cond, body, start)
         return jnp.where(phase == 3, edge, hi), jnp.where(phase == 3, at_edge, mask & (g_hi <= 0))
 
+
+class _Resolve:
+    """**Resolve**: the kinks at the end of forced steps."""
+
     def _resolve(self, c, s, o, resolve, done):
         """Resolve the kinks at the end of forced steps (:meth:`_member_handle`).
         Units past their surfaces there that were not located (``late``) crossed at the
@@ -715,6 +709,10 @@ class _Program:
             rate_floor = _RATE_FLOOR * c.atol
             return kinks.resolve(self.system, y, data, mode, control, pending, initial, c.rtol, c.atol, rate_floor)
         return self.system.handle(y, data, mode, control, pending, initial=initial)
+
+
+class _Advance:
+    """**Advance**: the new lane states, saves and stops; the event records."""
 
     def _advance(self, c, s, o, kinks, t_e, new_pending, has_event, accept, forced_done, n_sliding, chord):
         """The new lane states: accepted steps taken, the next step's size (to the located
@@ -840,6 +838,38 @@ class _Program:
             ev_dir = ev_dir.at[rows, pos].set(direction, mode="drop")
             n_ev = n_ev + jnp.sum(mask, axis=1, dtype=jnp.int32)
         return ev_t, ev_k, ev_kind, ev_dir, n_ev
+
+
+class _Program(_Run, _Lanes, _Step, _Locate, _Resolve, _Advance, _Integrand):
+    """One compiled program: the stages of the integrator for one :class:`Config`.
+
+    :meth:`run` is the whole call: start a lane per trajectory, iterate, collect. Each
+    iteration (:meth:`_iteration`) reads top to bottom: **step** every running member
+    (:meth:`_attempt`: one solver step and its event guards), **locate** the earliest
+    crossing of the members whose guards changed sign (:meth:`_locate`), **resolve** the
+    kinks at the end of forced steps (:meth:`_resolve`), **advance** the accepted members
+    and check the **stops** (:meth:`_advance`). Each stage is a class of its own above, in
+    that order (:class:`_Run`, :class:`_Lanes`, :class:`_Step`, :class:`_Locate`,
+    :class:`_Resolve`, :class:`_Advance`), after the field they all integrate
+    (:class:`_Integrand`)."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        small = written_out_below(cfg.lanes)
+        self.system = ev.System(_unravel_for(cfg.shapes), cfg.loss, cfg.n, cfg.hidden_widths, cfg.max_sliding, small)
+        self.base_solver = _SOLVERS[cfg.solver]()
+        self.P, self.E, self.M = self.system.P, cfg.max_events, cfg.event_samples
+        self.deep = len(cfg.hidden_widths) > 1
+        self.terms = diffrax.ODETerm(self.vector_field)
+        self.error_order = self.base_solver.order(self.terms) + 1
+        # Shallow networks: the stages written out (the loop over stages costs more than the
+        # tiny field). Deeper ones keep Diffrax's stage loop: there the field dominates, and
+        # writing out the stages would multiply the compile time of the sliding-control solves.
+        shallow = len(cfg.shapes) == 2 and cfg.solver not in _IMPLICIT
+        self.rk = _explicit_rk(self.base_solver.tableau, self.vector_field) if shallow else None
+        # Traced for the lane state's shapes and called inside the loop: jitted, with every
+        # input an argument, so that it is traced once (see events._traced_once).
+        self.start_lanes = jax.jit(self._start_lanes)
 
 
 class _Kinks(NamedTuple):
