@@ -253,6 +253,30 @@ def test_filippov_compares_the_events_before_a_reference_stop(tmp_path):
     assert batch["B"] == 1
 
 
+def test_filippov_tail_samples_gd_between_save_times():
+    """The tail benchmark's GD arbiter (no integration): GD from one state over an interval
+    in sampled pieces ends where one GD run of all the steps ends, and reports the largest
+    ``|p|`` of the watched units over the samples, computed here from each sample's weights."""
+    import numpy as np
+
+    from benchmarks.filippov import PROBLEMS, teacher_problem
+    from benchmarks.filippov_tail import _descend
+    from gflow.reference import gradient_descent, preactivations
+
+    widths, n, _, _ = PROBLEMS["depth3"]
+    params, X, Y = teacher_problem(9, widths, n)
+    watched = np.array([0, 3, 7, 12])
+    end, largest, unit = _descend(params, X, Y, 1.0, 1.02, 1e-3, 0.005, watched)
+    p, seen = params, []
+    for _ in range(4):
+        p = gradient_descent(p, X, Y, lr=1e-3, steps=5)
+        seen.append(np.abs(np.concatenate([q.ravel() for q in preactivations(p, X)])[watched]))
+    seen = np.array(seen)
+    assert largest == seen.max() and unit == watched[np.argmax(seen.max(axis=0))]
+    whole = gradient_descent(params, X, Y, lr=1e-3, steps=20)
+    assert all(np.allclose(a, b, rtol=0, atol=1e-15) for a, b in zip(end, whole, strict=True))
+
+
 def test_deep_scale_at_a_small_size(runs):
     """``benchmarks/deep_scale.py`` on a depth-3 net whose units slide: the flow reaches
     ``t1`` with the energy identity and the mode gaps at the integration error, its loss
