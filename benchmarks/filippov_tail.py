@@ -73,6 +73,11 @@ def _label(labels, k):
     return None if k is None else list(labels[k])
 
 
+def _records(events, after, until=np.inf):
+    """The reference's events in `(after, until]` as `[t, layer, neuron, point, kind, side]`."""
+    return [[e.t, e.layer, e.neuron, e.point, e.kind, e.side] for e in events if after < e.t <= until]
+
+
 def run(args, machine):
     import gflow
     from gflow.events import SLIDING
@@ -94,6 +99,7 @@ def run(args, machine):
     saved = [[np.asarray(W[s]) for W in sol.ys] for s in range(len(saves))]
     modes = sol.modes_at(saves)
     watched = np.flatnonzero(np.abs(_preacts(saved[0], X)) < _NEAR)
+    off = lambda params: float(np.max(np.abs(_preacts(params, X)[watched]), initial=0.0))  # noqa: E731
     etas = [float(e) for e in args.gd.split(",")] if args.gd else []
     head = dict(gflow_status=gflow.Status(int(sol.status)).name, gflow_wall_s=gflow_wall,
                 gflow_energy_defect=float(sol.energy_defect), gflow_iterations=int(sol.stats["num_iterations"]),
@@ -104,36 +110,33 @@ def run(args, machine):
     prev = float(saves[0])
     for s, T in enumerate(saves[1:], start=1):
         T = float(T)
-        done = next((r for r in rows if r["T"] == T), None)
-        if done is None:
+        if not any(r["T"] == T for r in rows):
             t = time.perf_counter()
             try:
                 ref, failed = filippov_flow(params, X, Y, t1=T, max_sliding=SCALE["reference_sliding"],
                                             checkpoint=args.checkpoint, resume=True), None  # fmt: skip
             except RuntimeError as e:
                 ref, failed = e.partial, str(e)
+            theirs = _flat(ref.params)
             row = dict(T=T, reference_t=float(ref.t), reference_error=failed, reference_wall_s=time.perf_counter() - t,
-                       dtheta=float(np.max(np.abs(_flat(ref.params) - _flat(saved[s])))),
+                       dtheta=float(np.max(np.abs(theirs - _flat(saved[s])))),
                        loss_gflow=float(loss_value(saved[s], X, Y)), loss_reference=float(ref.loss),
                        sliding_gflow=int(np.sum(np.asarray(modes[s]) == SLIDING)), sliding_reference=len(ref.sliding),
                        records_gflow=[list(e) for e in ours if prev < e[0] <= T],
-                       records_reference=[[e.t, e.layer, e.neuron, e.point, e.kind, e.side]
-                                          for e in ref.events if prev < e.t <= T],
-                       off_surface_gflow=float(np.max(np.abs(_preacts(saved[s], X)[watched]), initial=0.0)))  # fmt: skip
+                       records_reference=_records(ref.events, prev, T), off_surface_gflow=off(saved[s]))  # fmt: skip
             if plain:
-                row["plain"] = dict(loss=float(loss_value(plain[s], X, Y)), dtheta=float(np.max(np.abs(_flat(ref.params) - _flat(plain[s])))),
-                                    off_surface=float(np.max(np.abs(_preacts(plain[s], X)[watched]), initial=0.0)))  # fmt: skip
+                row["plain"] = dict(loss=float(loss_value(plain[s], X, Y)), off_surface=off(plain[s]),
+                                    dtheta=float(np.max(np.abs(theirs - _flat(plain[s])))))  # fmt: skip
             for eta in etas:
                 gd[eta], largest, unit = _descend(gd[eta], X, Y, prev, T, eta, args.gd_sample, watched)
                 row[f"gd_{eta:g}"] = dict(loss=float(loss_value(gd[eta], X, Y)), off_surface=largest, unit=_label(labels, unit),
                                           dtheta_gflow=float(np.max(np.abs(_flat(gd[eta]) - _flat(saved[s])))),
-                                          dtheta_reference=float(np.max(np.abs(_flat(gd[eta]) - _flat(ref.params)))))  # fmt: skip
+                                          dtheta_reference=float(np.max(np.abs(_flat(gd[eta]) - theirs))))  # fmt: skip
             rows.append(row)
             _print_row(row, etas)
             # The last call's records since --start: one reference trajectory (each call re-integrates from its
             # checkpoint's last event, so an interval without events is integrated again by the next call).
-            head["reference_records"] = [[e.t, e.layer, e.neuron, e.point, e.kind, e.side] for e in ref.events
-                                         if e.t > saves[0]]  # fmt: skip
+            head["reference_records"] = _records(ref.events, saves[0])
             head["gflow_records"] = [list(e) for e in ours if e[0] > saves[0]]
             save_record(args.out, "filippov_tail", vars(args), machine, dict(head, rows=rows))
             if failed:
