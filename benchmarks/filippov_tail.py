@@ -43,10 +43,6 @@ from .filippov import SCALE, gflow_events
 _NEAR = 1e-8  # units this close to their surfaces at --start are watched under GD
 
 
-def _flat(params):
-    return np.concatenate([np.asarray(W).ravel() for W in params])
-
-
 def _preacts(params, X):
     from gflow.reference import preactivations
 
@@ -81,6 +77,8 @@ def _records(events, after, until=np.inf):
 def run(args, machine):
     import gflow
     from gflow.events import SLIDING
+    from gflow.flow import ravel as _flat
+    from gflow.networks import index_table
     from gflow.reference import filippov_flow, loss_value
 
     from .deep_scale import problem
@@ -94,7 +92,7 @@ def run(args, machine):
     # With motion_tol, the same run without it beside: its weights and loss at the save times.
     plain = gflow.simulate(params, X, Y, **kw).ys if args.motion_tol else None
     plain = plain and [[np.asarray(W[s]) for W in plain] for s in range(len(saves))]
-    labels = [(layer, j, i) for layer, W in enumerate(params[:-1]) for j in range(W.shape[0]) for i in range(len(X))]
+    labels = list(zip(*(a.tolist() for a in index_table(len(X), tuple(W.shape[0] for W in params[:-1])))))
     ours = gflow_events(sol)
     saved = [[np.asarray(W[s]) for W in sol.ys] for s in range(len(saves))]
     modes = sol.modes_at(saves)
