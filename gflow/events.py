@@ -305,8 +305,13 @@ class _Controls:
     rate at 0 (module docstring), by the cheapest exact route for the number sliding."""
 
     def sliding_slots(self, mode, slots=None):
+        """The sliding units' slots ``(idx, valid, tie)``: ``tie`` gives each slot the
+        slot whose control it takes (a twin class's carrier, :func:`gflow.twins.ties`)."""
+        from .twins import ties
+
         idx = jnp.nonzero(mode == SLIDING, size=slots or self.K, fill_value=self.P)[0]
-        return idx, idx < self.P
+        valid = idx < self.P
+        return idx, valid, ties(self, idx, valid, mode)
 
     @_traced_once(4)
     def equivalent_control(self, y, data, mode, warm, slots=None, chord=None):
@@ -321,16 +326,17 @@ class _Controls:
         makes room for: the cost grows with it, and the result is the same for any
         ``slots`` not below the number of sliding units.
         """
-        idx, valid = self.sliding_slots(mode, slots)
         base = self.base_slopes(mode, jnp.zeros_like(warm))
         if len(self.hidden_widths) == 1:
+            idx, valid, _ = self.sliding_slots(mode, slots)
             c = self._control_depth2(y, data, base, idx, valid)
-        else:
-            c0 = self._newton_start(warm, idx, valid)
-            if chord is not None:
-                chord = (chord[0][: idx.shape[0], : idx.shape[0]], chord[1])
-            c = _newton_controls(self, y, data, c0, base, idx, valid, chord)
-        return _with_controls(base, idx, valid, c), _with_controls(warm, idx, valid, c)
+            return _with_controls(base, idx, valid, c), _with_controls(warm, idx, valid, c)
+        idx, valid, tie = self.sliding_slots(mode, slots)
+        c0 = self._newton_start(warm, idx, valid)[tie]
+        if chord is not None:
+            chord = (chord[0][: idx.shape[0], : idx.shape[0]], chord[1])
+        c = _newton_controls(self, y, data, c0, base, idx, valid, tie, chord)
+        return _with_controls(base, idx, valid, c, tie), _with_controls(warm, idx, valid, c, tie)
 
     @staticmethod
     def _newton_start(warm, idx, valid):
@@ -351,10 +357,10 @@ class _Controls:
         K = self.K
 
         def at(size):
-            idx, valid = self.sliding_slots(mode, size)
+            idx, valid, tie = self.sliding_slots(mode, size)
             base = self.base_slopes(mode, jnp.zeros_like(control))
-            c0 = self._newton_start(control, idx, valid)
-            J, _ = _residual_and_jacobian(self, c0, y=y, data=data, base=base, idx=idx, valid=valid)
+            c0 = self._newton_start(control, idx, valid)[tie]
+            J, _ = _residual_and_jacobian(self, c0, y=y, data=data, base=base, idx=idx, valid=valid, tie=tie)
             inverse, scale = _damped_inverse(J, valid)
             return jnp.eye(K).at[:size, :size].set(inverse), scale
 

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import sliding
+from . import sliding, twins
 from .events import ACTIVE, INACTIVE, SLIDING, Kind, _noise
 from .networks import _times_transpose
 from .sliding import _SIGN_TOL
@@ -73,7 +73,8 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
 
     The set decided is the pending units and every sliding unit, each started from its
     present slope (1 from the active side, 0 from the inactive side, its control if it
-    slides). Three cases are structural rather than decided (bias-free networks):
+    slides), and their twins (:mod:`gflow.twins`), each class one unit with its
+    carrier's control. Three cases are structural rather than decided (bias-free networks):
 
     - *Slaved* units: where pending units are the last active ones of their layer at a
       point, every unit above them there sits at its surface too, its pre-activation
@@ -95,7 +96,10 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
     P = system.P
     slaved = system.vanished(jnp.where(pending, INACTIVE, mode)) & ~system.vanished(mode)
     revived, revived_mode = system.revived(y, mode, pending)
-    main = ((mode == SLIDING) | pending) & ~slaved
+    # Twins of a unit on its surface are on it too (one surface, gflow.twins), but not
+    # where a live unit below reaches its own (pending units do not count as live).
+    apart = jnp.where(pending, INACTIVE, mode)
+    main = twins.with_twins(system.n, system.hidden_widths, apart, (mode == SLIDING) | pending) & ~slaved
     idx = jnp.nonzero(main, size=system.K, fill_value=P)[0]
     # More than K: the sliding units take the slots first and the arrivals left over
     # are decided in the next round (they keep their sides meanwhile).
@@ -108,13 +112,15 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
     # Units arriving at their surfaces stay on their sides while the sliding units'
     # controls are solved with them there (first round only).
     arriving = valid & (jnp.append(mode, SLIDING)[idx] != SLIDING)
+    # A class of twins is decided as one unit: its passengers' slopes are its carrier's.
+    tie = twins.ties(system, idx, valid, apart, main)
 
     def solve(mode_now, c0, first):
         """The problem on the units in the slots that are still on their surfaces."""
         on = valid & (jnp.append(mode_now, INACTIVE)[idx] == SLIDING)
         base = system.base_slopes(mode_now, jnp.zeros_like(control))
         dec = sliding.complementarity(
-            system, y, data, base, jnp.where(on, idx, P), on, c0, hold=arriving & first, rate_floor=rate_floor
+            system, y, data, base, jnp.where(on, idx, P), on, c0, hold=arriving & first, rate_floor=rate_floor, tie=tie
         )
         side = jnp.where(dec.slide, SLIDING, jnp.where(dec.up, ACTIVE, INACTIVE))
         mode_new = jnp.append(mode_now, INACTIVE).at[idx].set(jnp.where(on, side, jnp.append(mode_now, 0)[idx]))
@@ -283,7 +289,9 @@ def onto_surfaces(system, y, data, mode, control, floor):
     X = jnp.asarray(data[0])
     params = system.unravel(y)
     slopes = system._slope_list(system.base_slopes(mode, control))
-    sliding = system._slope_list(mode == SLIDING)
+    # Passengers of a twin class share their carrier's surface: its move puts them on it.
+    riders = twins.passengers(system.n, system.hidden_widths, mode)
+    sliding = system._slope_list((mode == SLIDING) & ~riders)
 
     def one_layer(h, W, s, on, columns=True):
         p = _times_transpose(h, W, system.small)  # [point, neuron]

@@ -143,10 +143,11 @@ a step of `_FIRST_STEP·max(1, t)`, from which DOP853 grows its steps by at most
 `benchmarks/filippov`'s problems chatter: more than 10,000 events.)
 
 At an event, the unit whose test fired goes to its side, and with it its twins: the
-units of `K` of the same neuron whose input at their point is a positive multiple of its
-own, whose pre-activations are therefore a positive multiple of its own and share its
-surface (a bias-free net meets this where, say, one unit is the only live input to a
-layer at two points; depth 3, teacher seed 53 of `benchmarks/filippov` at
+units of `K` of the same neuron whose input at their point is a lasting positive multiple
+of its own (`_lasting_multiples`: not two live inputs or more that are multiples by
+chance at an instant), whose pre-activations are therefore a positive multiple of its own
+and share its surface (a bias-free net meets this where, say, one unit is the only live
+input to a layer at two points; depth 3, teacher seed 53 of `benchmarks/filippov` at
 `t = 0.2937677`, where deciding the twin by its own tests sent it to the other side: the
 tests pin twins to one side together). Every other unit of
 `K`, the unit that arrived, and every unit within round-off (`16·ε·max(1, max|p|)`)
@@ -1095,13 +1096,25 @@ def _parallel(u, v):
     return nu > 0 and nv > 0 and np.linalg.norm(u / nu - v / nv) <= 1e-12
 
 
+def _lasting_multiples(H, layer, a, b):
+    """Whether the inputs of `layer` at points `a` and `b` are positive multiples of each
+    other (to round-off) for as long as the pattern holds, not only at this instant:
+    the data themselves, or a single live input (the same unit), or the same live inputs
+    computed from inputs of the layer below that are lasting multiples (ReLU is
+    positively homogeneous). Inputs of two live units or more that are multiples by
+    chance meet at an instant and part again."""
+    if not _parallel(H[layer][a], H[layer][b]):
+        return False
+    return layer == 0 or np.count_nonzero(H[layer][a]) == 1 or _lasting_multiples(H, layer - 1, a, b)
+
+
 def _twin_classes(prob, theta, pattern, K):
     """The units of `K` grouped by surface, as lists of positions in `K`: twins are units
-    of one neuron at points whose inputs are positive multiples of each other (to
-    round-off, the units of `K` counted as zero inputs), so that their pre-activations
-    are positive multiples of each other while the pattern holds and vanish together (for
-    instance where one unit is the only live input to a layer at two points; module
-    docstring, "Events")."""
+    of one neuron at points whose inputs are lasting positive multiples of each other
+    (`_lasting_multiples`, to round-off, the units of `K` counted as zero inputs), so
+    that their pre-activations are positive multiples of each other while the pattern
+    holds and vanish together (for instance where one unit is the only live input to a
+    layer at two points; module docstring, "Events")."""
     H = _layer_inputs(prob, theta, pattern, K)
     entries = [prob.layout.entry(k) for k in K]
     classes, placed = [], set()
@@ -1113,7 +1126,7 @@ def _twin_classes(prob, theta, pattern, K):
             if (
                 b not in placed
                 and entries[b][:2] == (layer, neuron)
-                and _parallel(H[layer][point], H[layer][entries[b][2]])
+                and _lasting_multiples(H, layer, point, entries[b][2])
             ):
                 classes[-1].append(b)
                 placed.add(b)

@@ -47,6 +47,10 @@ stop when the active set repeats and the free units' rates are at ``_NEWTON_TOL`
 relative to their sensitivity. The decision of which units leave, and to which side,
 is read off the solution: nothing else decides it.
 
+Twins (units of one neuron whose pre-activations are positive multiples of each other,
+:mod:`gflow.twins`) share one surface and one control: every solve here takes a slot map
+``tie`` under which a class's passengers take their carrier's control.
+
 Where the problem has several solutions (a *repelling* surface, ``ṗ_j(0) < 0 <
 ṗ_j(1)``, which a unit can only start on: both sides are consistent), the solver keeps
 the side the unit starts from: the warm start is a solution and the active set does
@@ -75,30 +79,48 @@ _CHORD_MAX = 20  # quasi-Newton steps at most (_chord)
 _SENSITIVITY_FLOOR = 1e-50
 
 
-def _with_controls(base, idx, valid, cK):
+def _with_controls(base, idx, valid, cK, tie=None):
     """``base`` (slopes or controls, ``(P,)``) with ``cK`` written at the sliding slots
-    ``idx``. Slots not ``valid`` must hold ``P`` (they are written past the end)."""
+    ``idx``. Slots not ``valid`` must hold ``P`` (they are written past the end). ``tie``
+    ``(K,)``: the slot whose control each slot takes (a twin class's carrier,
+    :mod:`gflow.twins`; its own slot otherwise)."""
+    cK = cK if tie is None else cK[tie]
     return jnp.append(base, 0.0).at[idx].set(jnp.where(valid, cK, 0.0))[: base.shape[0]]
 
 
-def _rates_residual(system, cK, *, y, data, base, idx, valid):
+def _riders(tie):
+    """The slots that take another slot's control (``tie``, :func:`_with_controls`)."""
+    return tie != jnp.arange(tie.shape[0])
+
+
+def _rates_residual(system, cK, *, y, data, base, idx, valid, tie=None):
     """The sliding units' rates ``ṗ`` with controls ``cK`` in slots ``idx`` (unused slots:
-    ``cK`` itself, an identity row)."""
-    _, pdot = system.field_and_rates(y, data, _with_controls(base, idx, valid, cK))
-    return jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
+    ``cK`` itself, an identity row; slots tied to another, ``tie``: 0, their rates being
+    multiples of their carrier's)."""
+    _, pdot = system.field_and_rates(y, data, _with_controls(base, idx, valid, cK, tie))
+    r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
+    return r if tie is None else jnp.where(_riders(tie), 0.0, r)
 
 
-def _residual_and_jacobian(system, cK, *, y, data, base, idx, valid, noise=False, rho=0.0):
+def _residual_and_jacobian(system, cK, *, y, data, base, idx, valid, tie=None, noise=False, rho=0.0):
     """:func:`_rates_residual` and its Jacobian in ``cK`` (:meth:`System.rates_jacobian`;
     unused slots: identity rows and columns); with ``noise``, also each rate's round-off
     ``64·(ε + ρ)·‖∇p_j‖·‖θ̇‖`` (a rate below it is zero: it cannot be told from zero),
     ``ρ`` the field's relative round-off beyond that of the passes (0, or the loss's:
-    :meth:`System.output_round_off`)."""
-    slopes = _with_controls(base, idx, valid, cK)
+    :meth:`System.output_round_off`). With ``tie``, a carrier's column is the sum of its
+    class's columns (their slopes move with its control) and a tied slot's row is its
+    carrier's sensitivity on the diagonal (decoupled, its residual 0)."""
+    slopes = _with_controls(base, idx, valid, cK, tie)
     field, pdot = system.field_and_rates(y, data, slopes)
     r = jnp.where(valid, jnp.append(pdot, 0.0)[idx], cK)
     J, norms = system.rates_jacobian(y, data, slopes, field, idx, norms=True)
-    J = jnp.where(valid[:, None] & valid[None, :], J, jnp.eye(idx.shape[0]))
+    K = idx.shape[0]
+    J = jnp.where(valid[:, None] & valid[None, :], J, jnp.eye(K))
+    if tie is not None:
+        J = J @ (tie[:, None] == jnp.arange(K)[None, :]).astype(J.dtype)
+        own = jnp.maximum(jnp.abs(jnp.diagonal(J))[tie], _SENSITIVITY_FLOOR)
+        J = jnp.where(_riders(tie)[:, None], jnp.diag(own), J)
+        r = jnp.where(_riders(tie), 0.0, r)
     if noise:
         return J, r, 64.0 * (jnp.finfo(field.dtype).eps + rho) * norms * jnp.linalg.norm(field)
     return J, r
@@ -126,7 +148,7 @@ def _damping(sensitivity):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _newton_controls(system, y, data, c, base, idx, valid, chord):
+def _newton_controls(system, y, data, c, base, idx, valid, tie, chord):
     """Deep networks' sliding controls, from the last controls ``c``.
 
     With ``chord`` (the damped inverse of the rates' Jacobian at the step's start,
@@ -151,7 +173,7 @@ def _newton_controls(system, y, data, c, base, idx, valid, chord):
     The loops are never differentiated: the derivative (implicit solvers differentiate
     the field) comes from the implicit function theorem at the solution
     (:func:`_newton_controls_jvp`)."""
-    kw = dict(y=y, data=data, base=base, idx=idx, valid=valid)
+    kw = dict(y=y, data=data, base=base, idx=idx, valid=valid, tie=tie)
 
     def newton(carry):
         c, res, _, _, i = carry
@@ -212,10 +234,10 @@ def _chord(residual, inverse, scale, c):
 @_newton_controls.defjvp
 def _newton_controls_jvp(system, primals, tangents):
     """``J·dc = −dr``: the rates stay zero to first order."""
-    y, data, c0, base, idx, valid, _ = primals
+    y, data, c0, base, idx, valid, tie, _ = primals
     c = _newton_controls(system, *primals)
-    J, _ = _residual_and_jacobian(system, c, y=y, data=data, base=base, idx=idx, valid=valid)
-    residual = functools.partial(_rates_residual, system, base=base, idx=idx, valid=valid)
+    J, _ = _residual_and_jacobian(system, c, y=y, data=data, base=base, idx=idx, valid=valid, tie=tie)
+    residual = functools.partial(_rates_residual, system, base=base, idx=idx, valid=valid, tie=tie)
     _, r_dot = jax.jvp(lambda y, data: residual(c, y=y, data=data), (y, data), tuple(tangents[:2]))
     return c, -_damped_inverse(J, valid)[0] @ r_dot
 
@@ -312,11 +334,11 @@ def _natural_map(J, r, c, valid, coupled=False):
     return s, z, valid & (z <= 0.0), valid & (z >= 1.0)
 
 
-def _active_set(system, kw, c0, hold, rate_floor, coupled, rho):
+def _active_set(system, kw, c0, hold, rate_floor, coupled, rho, fixed):
     """The active-set iterations of :func:`complementarity` from ``c0`` with the units in
-    ``hold`` held (``coupled``: :func:`_natural_map`; ``rho``:
-    :func:`_residual_and_jacobian`); returns the point with the least natural residual as
-    ``(c, (J, r, s, lo, hi), residual, iterations)``."""
+    ``hold`` held and those in ``fixed`` kept at ``c0`` (``coupled``: :func:`_natural_map`;
+    ``rho``: :func:`_residual_and_jacobian`); returns the point with the least natural
+    residual as ``(c, (J, r, s, lo, hi), residual, iterations)``."""
     valid = kw["valid"]
     K = valid.shape[0]
     eye = jnp.eye(K)
@@ -334,7 +356,8 @@ def _active_set(system, kw, c0, hold, rate_floor, coupled, rho):
         holds = jnp.where(c0 >= 1.0, a_plus > tol, a_minus < -tol)
         r = jnp.where(jnp.abs(r) <= noise, 0.0, r)  # rates at round-off are zero
         s, z, lo, hi = _natural_map(J, r, c, valid, coupled)
-        own = jnp.where(valid, jnp.abs(c - jnp.clip(z, 0.0, 1.0)), 0.0)
+        lo, hi = lo & ~fixed, hi & ~fixed
+        own = jnp.where(valid & ~fixed, jnp.abs(c - jnp.clip(z, 0.0, 1.0)), 0.0)
         own = jnp.where(held, jnp.where(holds, 0.0, jnp.maximum(own, 2.0 * _NEWTON_NOISE)), own)
         lo, hi = jnp.where(held, c0 <= 0.0, lo), jnp.where(held, c0 >= 1.0, hi)
         residual = jnp.max(jnp.where(held, 0.0, own))
@@ -344,8 +367,8 @@ def _active_set(system, kw, c0, hold, rate_floor, coupled, rho):
         """The step from ``c``: bound units to their bounds, the free units' rates
         linearised with the bound units' moves taken into account."""
         J, r, s, lo, hi = lin
-        free = valid & ~lo & ~hi
-        target = jnp.where(hi, 1.0, 0.0)
+        free = valid & ~lo & ~hi & ~fixed
+        target = jnp.where(fixed, c, jnp.where(hi, 1.0, 0.0))
         moved = jnp.where(valid & ~free, target - c, 0.0)
         both = free[:, None] & free[None, :]
         A = jnp.where(both, J / s[:, None], eye)
@@ -367,9 +390,9 @@ def _active_set(system, kw, c0, hold, rate_floor, coupled, rho):
         # and once the free rates are solved one unit moves to the set its estimate
         # points to, the first in slot order (Murty's least-index rule).
         full = (since < _CP_FULL) | jnp.any(held)
-        free = valid & ~lo & ~hi
+        free = valid & ~lo & ~hi & ~fixed
         solved = jnp.max(jnp.where(free, jnp.abs(r / s), 0.0)) <= _NEWTON_NOISE
-        wrong = valid & ((z_lo != lo) | (z_hi != hi))
+        wrong = valid & ~fixed & ((z_lo != lo) | (z_hi != hi))
         first = wrong & (jnp.cumsum(wrong) == 1) & solved
         lo, hi = jnp.where(full | first, z_lo, lo), jnp.where(full | first, z_hi, hi)
         c_new = newton(jnp.where(full, c, jnp.clip(c, 0.0, 1.0)), (J, r, s, lo, hi))
@@ -377,7 +400,7 @@ def _active_set(system, kw, c0, hold, rate_floor, coupled, rho):
         reach = jnp.where(
             delta < 0.0, -c / jnp.where(delta < 0.0, delta, 1.0), (1.0 - c) / jnp.where(delta > 0.0, delta, 1.0)
         )
-        out = valid & ~lo & ~hi & ((c_new < 0.0) | (c_new > 1.0))
+        out = valid & ~lo & ~hi & ~fixed & ((c_new < 0.0) | (c_new > 1.0))
         alpha = jnp.clip(jnp.min(jnp.where(out, reach, 1.0)), 0.0, 1.0)
         blocking = out & (reach <= alpha) & ~full
         c_new = jnp.where(full, c_new, jnp.clip(c + alpha * delta, 0.0, 1.0))
@@ -420,7 +443,7 @@ def _descend(system, kw, c, fixed):
     y, data, base, idx = kw["y"], kw["data"], kw["base"], kw["idx"]
 
     def q(cK):
-        f = system.field(y, data, _with_controls(base, idx, valid, cK))
+        f = system.field(y, data, _with_controls(base, idx, valid, cK, kw.get("tie")))
         return 0.5 * jnp.dot(f, f)
 
     value_and_grad = jax.value_and_grad(q)
@@ -461,7 +484,7 @@ def _descend(system, kw, c, fixed):
     return jax.lax.while_loop(more, body, start)[0]
 
 
-def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor=0.0):
+def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor=0.0, tie=None):
     """Solve the box complementarity problem of the units in slots ``idx`` (module
     docstring), from ``c0``.
 
@@ -470,9 +493,11 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     replaced), ``idx`` ``(K,)`` flat indices (``P`` for an empty slot), ``valid`` ``(K,)``
     bool, ``c0`` ``(K,)`` the start (each unit's present slope or control), ``hold``
     ``(K,)`` bool: units (at 0 or 1 in ``c0``) kept there while they can be;
-    ``rate_floor``: rates below it count as zero (as do rates below their round-off).
+    ``rate_floor``: rates below it count as zero (as do rates below their round-off);
+    ``tie`` ``(K,)`` ints: the slot whose control each slot takes (a twin class is one
+    unit with its carrier's control, :mod:`gflow.twins`; its own slot otherwise).
 
-    **Returns:** a :class:`Decision`.
+    **Returns:** a :class:`Decision` (a tied slot: its carrier's).
 
     **The method.** Semismooth Newton steps on the natural residual (an active-set
     method, :func:`_active_set`): each step fixes the units whose estimate ``z``
@@ -500,23 +525,25 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     loss's round-off counted as zero (:meth:`gflow.events.System.output_round_off`: near
     an interpolating state ``out − Y`` keeps only a few digits, and the rates ``ṗ`` no
     more)."""
-    kw = dict(y=y, data=data, base=base, idx=idx, valid=valid)
     K = idx.shape[0]
-    c0 = jnp.where(valid, c0, 0.0)
-    hold = jnp.zeros(K, bool) if hold is None else hold & valid
+    tie = jnp.arange(K) if tie is None else jnp.where(valid & valid[tie], tie, jnp.arange(K))
+    kw = dict(y=y, data=data, base=base, idx=idx, valid=valid, tie=tie)
+    c0 = jnp.where(valid, c0, 0.0)[tie]
+    fixed = _riders(tie)
+    hold = jnp.zeros(K, bool) if hold is None else hold & valid & ~fixed
     rho = system.output_round_off(y, data)  # the state is fixed: once for the rounds
 
     def round_(carry):
         # Round 0 from c0; if unsolved, round 1 from the minimum of ‖g‖² (_descend); if
         # still unsolved, round 2 from c0 again, coupled.
         c_start, held, n, _ = carry
-        found = _active_set(system, kw, c_start, held, rate_floor, n == 2, jnp.where(n == 2, rho, 0.0))
+        found = _active_set(system, kw, c_start, held, rate_floor, n == 2, jnp.where(n == 2, rho, 0.0), fixed)
         c, (J, r, s, lo, hi), residual, _ = found
         again = (residual > SOLVED) & (n < 2)
-        fixed = valid & (jnp.diagonal(J) >= -_SENSITIVITY_FLOOR) & (lo | hi)
+        kept = fixed | (valid & (jnp.diagonal(J) >= -_SENSITIVITY_FLOOR) & (lo | hi))
         c_next = jax.lax.cond(
             again & (n == 0),
-            lambda: _descend(system, kw, jnp.where(lo, 0.0, jnp.where(hi, 1.0, jnp.clip(c, 0.0, 1.0))), fixed),
+            lambda: _descend(system, kw, jnp.where(lo, 0.0, jnp.where(hi, 1.0, jnp.clip(c, 0.0, 1.0))), kept),
             lambda: c0,
         )
         n_next = jnp.where(again, n + 1, 3)
@@ -531,14 +558,17 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     )
     d = jnp.diagonal(J)
     a_plus, a_minus = r + (1.0 - c) * d, r - c * d
+    # Tied slots take their carriers' values.
+    c, lo, hi, a_plus, a_minus = (a[tie] for a in (c, lo, hi, a_plus, a_minus))
     # A free unit within SOLVED of a bound whose rate there is consistent (zero within
     # _SIGN_TOL of its one-sided rates) takes that side (σ'(0) = 0: a unit whose field
     # on its inactive side is tangent is inactive); so does one whose control sits
     # exactly at a bound.
-    free = valid & ~lo & ~hi
+    free = valid & ~lo & ~hi & ~fixed
     tol = _SIGN_TOL * (jnp.abs(a_plus) + jnp.abs(a_minus))
     snap_lo = free & (c < SOLVED) & (a_minus <= tol)
     snap_hi = free & ~snap_lo & (c > 1.0 - SOLVED) & (a_plus >= -tol)
+    snap_lo, snap_hi = snap_lo[tie], snap_hi[tie]
     c = jnp.where(lo, 0.0, jnp.where(hi, 1.0, c))  # the best point can be one step short of its bounds
 
     def snapped():
@@ -549,12 +579,14 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
         lo_s, hi_s = lo | snap_lo, hi | snap_hi
         c_s = jnp.where(lo_s, 0.0, jnp.where(hi_s, 1.0, c))
         slide = valid & ~lo_s & ~hi_s
-        fixed = _with_controls(base, idx, valid & ~slide, c_s)
+        others = _with_controls(base, idx, valid & ~slide, c_s)
         idx_s = jnp.where(slide, idx, base.shape[0])  # empty slots point past the units
-        residual = functools.partial(_rates_residual, system, y=y, data=data, base=fixed, idx=idx_s, valid=slide)
+        residual = functools.partial(
+            _rates_residual, system, y=y, data=data, base=others, idx=idx_s, valid=slide, tie=tie
+        )
         inverse, scale = _damped_inverse(jnp.where(slide[:, None] & slide[None, :], J, jnp.eye(K)), slide)
         c_new, res = _chord(residual, inverse, scale, c_s)
-        c_s = jnp.where(slide, c_new, c_s)
+        c_s = jnp.where(slide, c_new[tie], c_s)
         solved = res <= _NEWTON_NOISE * scale
         inside = solved & jnp.all(jnp.where(slide, (c_s > 0.0) & (c_s < 1.0), True))
         return jax.tree.map(lambda new, old: jnp.where(inside, new, old), (c_s, lo_s, hi_s), (c, lo, hi))

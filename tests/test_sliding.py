@@ -359,3 +359,37 @@ def test_sliding_units_are_put_on_their_surfaces_by_the_least_balanced_change(se
         np.testing.assert_allclose(got[layer] - W, step, rtol=0, atol=1e-13)
         slopes = np.where(mode == events.ACTIVE, 1.0, control)[base : layout.entry_offsets[layer + 1]]
         h = slopes.reshape(d, N).T * (h @ got[layer].T)
+
+
+@pytest.mark.quick
+def test_twins_are_read_off_the_modes():
+    """Units of one neuron are twins (one surface, :mod:`gflow.twins`) at two points whose
+    layer input is one live unit, the same, of the layer below, or the same live units
+    fed by twin inputs; the class is carried by its unit at the lowest point."""
+    from gflow import twins
+    from gflow.events import ACTIVE, INACTIVE
+
+    n, widths = 4, (2, 3, 2)
+    first = np.array([[1, 1, 1, 0], [0, 0, 1, 1]])  # [neuron, point]: points 0, 1 share unit 0
+    second = np.array([[1, 1, 1, 1], [1, 1, 0, 1], [2, 2, 1, 0]])  # two live units at 0 and 1
+    third = np.array([[2, 2, 0, 0], [0, 0, 1, 1]])
+    mode = jnp.asarray(np.concatenate([first.ravel(), second.ravel(), third.ravel()]))
+    pairs = np.asarray(twins.shared(n, widths, mode))
+    assert not pairs[0].any()  # the data are never read
+    assert {tuple(p) for p in np.argwhere(pairs[1])} == {(0, 1), (1, 0)}
+    # The third layer: the same two live units at points 0 and 1, fed by twin inputs;
+    # points 1 and 3 have the same live units too, but their inputs are not twins.
+    assert {tuple(p) for p in np.argwhere(pairs[2])} == {(0, 1), (1, 0)}
+    parted = mode.at[8 + 4 + 0].set(INACTIVE)  # (1, 1, 0) inactive: point 0 has one live unit
+    assert not np.asarray(twins.shared(n, widths, parted))[2].any()
+    moved = mode.at[1].set(INACTIVE).at[5].set(ACTIVE)  # point 1 fed by first-layer unit 1, as 3
+    assert {tuple(p) for p in np.argwhere(np.asarray(twins.shared(n, widths, moved))[1])} == {(1, 3), (3, 1)}
+    # Sliding units: (1, 2, 0) and (1, 2, 1) are a class, and so are (2, 0, 0), (2, 0, 1).
+    riders = np.asarray(twins.passengers(n, widths, mode))
+    assert np.flatnonzero(riders).tolist() == [8 + 8 + 1, 20 + 1]
+    grown = np.asarray(twins.with_twins(n, widths, mode, jnp.zeros(28, bool).at[20 + 4 + 1].set(True)))
+    assert np.flatnonzero(grown).tolist() == [20 + 4 + 0, 20 + 4 + 1]  # (2, 1, 1) and its twin (2, 1, 0)
+    system = events.System(None, "square", n, widths, 4)
+    idx = jnp.asarray([16, 17, 21, 28])  # (1, 2, 0), (1, 2, 1), (2, 0, 1), an empty slot
+    tie = np.asarray(twins.ties(system, idx, idx < 28, mode))
+    assert tie.tolist() == [0, 0, 2, 3]  # (2, 0, 1)'s carrier (2, 0, 0) is not in the slots

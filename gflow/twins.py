@@ -1,0 +1,93 @@
+"""Twins: units of one neuron at two points that share one surface.
+
+In a bias-free network, where the input of hidden layer ``ℓ ≥ 1`` at two points ``x``
+and ``x'`` is one live unit ``k`` of the layer below, the same at both (every other unit
+there inactive or held on its surface, so outputting 0), neuron ``j``'s
+pre-activations are ``p(x) = W[j, k]·h_k(x)`` and ``p(x') = W[j, k]·h_k(x')`` with
+``h_k > 0`` at both: positive multiples of each other while the modes below last. The
+same holds where both points have the same live units in the layer below and twin
+inputs to it (ReLU is positively homogeneous: the outputs are then multiples too), so
+twins propagate upwards (:func:`shared`). Two such units vanish together and their rates
+are multiples of each other: they sit on one surface, the *twins* of a class.
+
+**One surface, one control.** Twin pre-activations never have different signs, so no
+activation pattern a network can visit, and no step of gradient descent, gives them
+different slopes: the Filippov set of the flow is the convex hull over the patterns that
+occur, where twins share a slope. (With a control per twin the box problem of
+:mod:`gflow.sliding` is singular — the shared condition is one equation — and its
+solutions include splits, one twin at a bound and the other inside, that hold the
+surface where the shared slope cannot; gflow 0.5.5 named one twin at a time that way.)
+The engine therefore gives a class one control, its *carrier*'s (the unit at the class's
+lowest point; the others are its *passengers*, :func:`passengers`): in the solves the
+passengers' slopes are the carrier's control, the carrier's column of the rates'
+Jacobian is the sum of the class's columns, and a passenger's row is decoupled
+(:func:`gflow.sliding._residual_and_jacobian`, through the slot map :func:`ties`). At a
+kink the twins of a unit on its surface are decided with it (:func:`with_twins`), as one
+unit: the class slides, or leaves to one side, together.
+
+Twins of the first layer (data points that are positive multiples of each other) are not
+detected: the tests here read modes only, never data. Inputs that are multiples of each
+other by chance, at an instant (two live units or more, not fed by twins), are not
+twins: their surfaces meet there and part again.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .events import ACTIVE, SLIDING
+from .networks import index_table
+
+
+def _blocks(n, widths, flat):
+    """``flat`` ``(P,)`` as one ``(d, n)`` block per hidden layer (``[neuron, point]``)."""
+    starts = np.concatenate([[0], np.cumsum(widths) * n])
+    return [flat[a:b].reshape(d, n) for a, b, d in zip(starts[:-1], starts[1:], widths, strict=True)]
+
+
+def shared(n, widths, mode):
+    """``(L, n, n)`` bool, one matrix per hidden layer: the pairs of distinct points whose
+    inputs to that layer are positive multiples of each other, as the modes tell: the
+    layer below has one live unit at both, the same, or the same live units at both with
+    inputs to it that are multiples (ReLU is positively homogeneous). None in the first
+    layer. Units of one neuron at such points are twins."""
+    out = [jnp.zeros((n, n), bool)]
+    for below in _blocks(n, widths, mode)[:-1]:
+        live = below == ACTIVE
+        alike = jnp.all(live[:, :, None] == live[:, None, :], axis=0) & jnp.any(live, axis=0)[:, None]
+        single = jnp.sum(live, axis=0) == 1
+        out.append(alike & (single[:, None] | out[-1]) & ~jnp.eye(n, dtype=bool))
+    return jnp.stack(out)
+
+
+def with_twins(n, widths, mode, mask):
+    """``(P,)`` bool: the units of ``mask`` and their twins in ``mode``."""
+    pairs = shared(n, widths, mode)
+    out = [
+        m | (m.astype(jnp.int32) @ pairs[ell].astype(jnp.int32) > 0) for ell, m in enumerate(_blocks(n, widths, mask))
+    ]
+    return jnp.concatenate([o.reshape(-1) for o in out])
+
+
+def passengers(n, widths, mode, among=None):
+    """``(P,)`` bool: the units of ``among`` (default: the sliding units) with a twin in
+    ``among`` at a lower point, the class's carrier (the unit at its lowest point)."""
+    among = (mode == SLIDING) if among is None else among
+    pairs = shared(n, widths, mode)
+    lower = np.tril(np.ones((n, n), bool), -1)  # [x, x']: x' < x
+    out = [(m & jnp.any(pairs[ell][None] & lower[None] & m[:, None, :], axis=2)).reshape(-1)
+           for ell, m in enumerate(_blocks(n, widths, among))]  # fmt: skip
+    return jnp.concatenate(out)
+
+
+def ties(system, idx, valid, mode, among=None):
+    """``(K,)`` ints over the slots ``idx`` of a sliding solve or kink problem: the slot of
+    each unit's carrier (:func:`passengers`; its own slot for a carrier or a unit without
+    twins), for the solves to give every unit of a class its carrier's control."""
+    riders = jnp.append(passengers(system.n, system.hidden_widths, mode, among), False)[idx] & valid
+    layer, neuron, point = (jnp.append(a, 0)[idx] for a in index_table(system.n, system.hidden_widths))
+    pairs = shared(system.n, system.hidden_widths, mode)
+    same = (layer[:, None] == layer[None, :]) & (neuron[:, None] == neuron[None, :]) & valid[:, None] & valid[None, :]
+    carried = same & pairs[layer[:, None], point[:, None], point[None, :]] & riders[:, None] & ~riders[None, :]
+    return jnp.where(jnp.any(carried, axis=1), jnp.argmax(carried, axis=1), jnp.arange(idx.shape[0]))
