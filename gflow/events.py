@@ -304,14 +304,17 @@ class _Controls:
     """The sliding units' equivalent controls: the slopes that hold every sliding unit's
     rate at 0 (module docstring), by the cheapest exact route for the number sliding."""
 
-    def sliding_slots(self, mode, slots=None):
+    def sliding_slots(self, mode, slots=None, tie=None):
         """The sliding units' slots ``(idx, valid, tie)``: ``tie`` gives each slot the
-        slot whose control it takes (a twin class's carrier, :func:`gflow.twins.ties`)."""
+        slot whose control it takes (a twin class's carrier, :func:`gflow.twins.ties`),
+        computed here unless given (a chord's, :meth:`chord`: the modes are those of the
+        step, and a carrier's slot precedes its passengers', so the first slots' map is
+        the same for any slot count)."""
         from .twins import ties
 
         idx = jnp.nonzero(mode == SLIDING, size=slots or self.K, fill_value=self.P)[0]
         valid = idx < self.P
-        return idx, valid, ties(self, idx, valid, mode)
+        return idx, valid, ties(self, idx, valid, mode) if tie is None else tie[: idx.shape[0]]
 
     @_traced_once(4)
     def equivalent_control(self, y, data, mode, warm, slots=None, chord=None):
@@ -331,7 +334,7 @@ class _Controls:
             idx, valid, _ = self.sliding_slots(mode, slots)
             c = self._control_depth2(y, data, base, idx, valid)
             return _with_controls(base, idx, valid, c), _with_controls(warm, idx, valid, c)
-        idx, valid, tie = self.sliding_slots(mode, slots)
+        idx, valid, tie = self.sliding_slots(mode, slots, None if chord is None else chord[2])
         c0 = self._newton_start(warm, idx, valid)[tie]
         if chord is not None:
             chord = (chord[0][: idx.shape[0], : idx.shape[0]], chord[1])
@@ -347,7 +350,8 @@ class _Controls:
     def chord(self, y, data, mode, control, n_sliding):
         """The Jacobian of the sliding units' rates in their controls at ``(y, control)``,
         as its damped inverse ``(K, K)`` and scale, for the solve that :meth:`_controls`
-        picks for ``n_sliding`` (identity rows past its slot count). Within one step the
+        picks for ``n_sliding`` (identity rows past its slot count), and the slots' map
+        to their twin classes' carriers (``(K,)``, :meth:`sliding_slots`). Within one step the
         modes are fixed and the states are close: computed once at the step's start, it
         serves every stage and guard of the step as the chord of their iterations, each of
         which then costs a few rate evaluations instead of a new Jacobian. Deep networks
@@ -362,10 +366,11 @@ class _Controls:
             c0 = self._newton_start(control, idx, valid)[tie]
             J, _ = _residual_and_jacobian(self, c0, y=y, data=data, base=base, idx=idx, valid=valid, tie=tie)
             inverse, scale = _damped_inverse(J, valid)
-            return jnp.eye(K).at[:size, :size].set(inverse), scale
+            return jnp.eye(K).at[:size, :size].set(inverse), scale, jnp.arange(K).at[:size].set(tie)
 
         sizes = slot_sizes(self.K)
-        routes = [lambda: (jnp.eye(K), jnp.ones(()))] + [functools.partial(at, size) for size in sizes[1:]]
+        none = lambda: (jnp.eye(K), jnp.ones(()), jnp.arange(K))  # noqa: E731  (one unit: no twins)
+        routes = [none] + [functools.partial(at, size) for size in sizes[1:]]
         if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_):
             index = jnp.where(n_sliding, len(routes) - 1, 0)
         else:
