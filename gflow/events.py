@@ -304,17 +304,17 @@ class _Controls:
     """The sliding units' equivalent controls: the slopes that hold every sliding unit's
     rate at 0 (module docstring), by the cheapest exact route for the number sliding."""
 
-    def sliding_slots(self, mode, slots=None, tie=None):
+    def sliding_slots(self, mode, slots=None, tie=None, X=None):
         """The sliding units' slots ``(idx, valid, tie)``: ``tie`` gives each slot the
         slot whose control it takes (a twin class's carrier, :func:`gflow.twins.ties`),
         computed here unless given (a chord's, :meth:`chord`: the modes are those of the
         step, and a carrier's slot precedes its passengers', so the first slots' map is
-        the same for any slot count)."""
+        the same for any slot count). ``X``: the data (twins of the first layer)."""
         from .twins import ties
 
         idx = jnp.nonzero(mode == SLIDING, size=slots or self.K, fill_value=self.P)[0]
         valid = idx < self.P
-        return idx, valid, ties(self, idx, valid, mode) if tie is None else tie[: idx.shape[0]]
+        return idx, valid, ties(self, idx, valid, mode, None, X) if tie is None else tie[: idx.shape[0]]
 
     @_traced_once(4)
     def equivalent_control(self, y, data, mode, warm, slots=None, chord=None):
@@ -334,7 +334,7 @@ class _Controls:
             idx, valid, _ = self.sliding_slots(mode, slots)
             c = self._control_depth2(y, data, base, idx, valid)
             return _with_controls(base, idx, valid, c), _with_controls(warm, idx, valid, c)
-        idx, valid, tie = self.sliding_slots(mode, slots, None if chord is None else chord[2])
+        idx, valid, tie = self.sliding_slots(mode, slots, None if chord is None else chord[2], data[0])
         c0 = self._newton_start(warm, idx, valid)[tie]
         if chord is not None:
             chord = (chord[0][: idx.shape[0], : idx.shape[0]], chord[1])
@@ -361,7 +361,7 @@ class _Controls:
         K = self.K
 
         def at(size):
-            idx, valid, tie = self.sliding_slots(mode, size)
+            idx, valid, tie = self.sliding_slots(mode, size, None, data[0])
             base = self.base_slopes(mode, jnp.zeros_like(control))
             c0 = self._newton_start(control, idx, valid)[tie]
             J, _ = _residual_and_jacobian(self, c0, y=y, data=data, base=base, idx=idx, valid=valid, tie=tie)

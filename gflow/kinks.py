@@ -74,7 +74,9 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
     The set decided is the pending units and every sliding unit, each started from its
     present slope (1 from the active side, 0 from the inactive side, its control if it
     slides), and their twins (:mod:`gflow.twins`), each class one unit with its
-    carrier's control. Three cases are structural rather than decided (bias-free networks):
+    carrier's control (classes read with the arriving units not live; where one goes
+    active and parts a class, the problem is solved again with the classes of the new
+    modes). Three cases are structural rather than decided (bias-free networks):
 
     - *Slaved* units: where pending units are the last active ones of their layer at a
       point, every unit above them there sits at its surface too, its pre-activation
@@ -99,7 +101,8 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
     # Twins of a unit on its surface are on it too (one surface, gflow.twins), but not
     # where a live unit below reaches its own (pending units do not count as live).
     apart = jnp.where(pending, INACTIVE, mode)
-    main = twins.with_twins(system.n, system.hidden_widths, apart, (mode == SLIDING) | pending) & ~slaved
+    X = data[0]
+    main = twins.with_twins(system.n, system.hidden_widths, apart, (mode == SLIDING) | pending, X) & ~slaved
     idx = jnp.nonzero(main, size=system.K, fill_value=P)[0]
     # More than K: the sliding units take the slots first and the arrivals left over
     # are decided in the next round (they keep their sides meanwhile).
@@ -113,9 +116,9 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
     # controls are solved with them there (first round only).
     arriving = valid & (jnp.append(mode, SLIDING)[idx] != SLIDING)
     # A class of twins is decided as one unit: its passengers' slopes are its carrier's.
-    tie = twins.ties(system, idx, valid, apart, main)
+    tie = twins.ties(system, idx, valid, apart, main, X)
 
-    def solve(mode_now, c0, first):
+    def solve(mode_now, c0, first, tie):
         """The problem on the units in the slots that are still on their surfaces."""
         on = valid & (jnp.append(mode_now, INACTIVE)[idx] == SLIDING)
         base = system.base_slopes(mode_now, jnp.zeros_like(control))
@@ -127,8 +130,8 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
         return mode_new[:P].astype(mode.dtype), dec, on
 
     def round_(carry):
-        mode_now, c, dec, cut_all, _, first = carry
-        mode_new, dec_new, on = solve(mode_now, c, first)
+        mode_now, c, dec, cut_all, tie, _, first = carry
+        mode_new, dec_new, on = solve(mode_now, c, first, tie)
         dec = jax.tree.map(lambda new, old: jnp.where(on, new, old) if old.ndim else new, dec_new, dec)
         c = jnp.where(on, dec_new.control, c)
         # Slaved units are cut when the units below them leave their surfaces to the
@@ -140,7 +143,11 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
         rate = jnp.append(jnp.zeros(P), 0.0).at[idx].set(jnp.where(on, dec_new.a_minus, 0.0))[:P]
         stranded = (mode_new == SLIDING) & system.cut(mode_new)[1]
         mode_new = jnp.where(stranded, jnp.where(rate > 0, ACTIVE, INACTIVE), mode_new).astype(mode.dtype)
-        return mode_new, c, dec, cut_all | cut, jnp.any(cut | stranded), jnp.zeros((), bool)
+        # Twin classes by the new modes: a unit that arrived and went active parts the
+        # twins above it (they were solved as one); they are solved again, apart (once).
+        tie_new = twins.ties(system, idx, valid, mode_new, main, X)
+        parted = jnp.any(tie_new != tie) & first
+        return mode_new, c, dec, cut_all | cut, tie_new, jnp.any(cut | stranded) | parted, jnp.zeros((), bool)
 
     # Every decided unit on its surface; revived units in their modes (cut again below
     # if the units under them do not stay).
@@ -149,7 +156,7 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
         control=start, slide=valid, up=jnp.zeros_like(valid), a_plus=jnp.zeros_like(start),
         a_minus=jnp.zeros_like(start), residual=jnp.zeros(()), iterations=jnp.zeros((), jnp.int32),
     )  # fmt: skip
-    carry = (mode0, start, empty, jnp.zeros(P, bool), jnp.ones((), bool), jnp.ones((), bool))
+    carry = (mode0, start, empty, jnp.zeros(P, bool), tie, jnp.ones((), bool), jnp.ones((), bool))
     rounds = jax.lax.while_loop(lambda c: c[-2], round_, carry)
     mode1, cK, dec, cut, *_ = rounds
     control1 = jnp.append(control, 0.0).at[idx].set(jnp.where(valid, cK, jnp.append(control, 0.0)[idx]))[:P]
@@ -290,7 +297,7 @@ def onto_surfaces(system, y, data, mode, control, floor):
     params = system.unravel(y)
     slopes = system._slope_list(system.base_slopes(mode, control))
     # Passengers of a twin class share their carrier's surface: its move puts them on it.
-    riders = twins.passengers(system.n, system.hidden_widths, mode)
+    riders = twins.passengers(system.n, system.hidden_widths, mode, X=X)
     sliding = system._slope_list((mode == SLIDING) & ~riders)
 
     def one_layer(h, W, s, on, columns=True):

@@ -25,10 +25,11 @@ Jacobian is the sum of the class's columns, and a passenger's row is decoupled
 kink the twins of a unit on its surface are decided with it (:func:`with_twins`), as one
 unit: the class slides, or leaves to one side, together.
 
-Twins of the first layer (data points that are positive multiples of each other) are not
-detected: the tests here read modes only, never data. Inputs that are multiples of each
-other by chance, at an instant (two live units or more, not fed by twins), are not
-twins: their surfaces meet there and part again.
+In the first layer, twins are the units of one neuron at data points that are positive
+multiples of each other (a duplicated point, say): read off the data; every other test
+here reads modes only, never the weights. Inputs that are multiples of each other by
+chance, at an instant (two live units or more, not fed by twins), are not twins: their
+surfaces meet there and part again.
 """
 
 from __future__ import annotations
@@ -46,13 +47,15 @@ def _blocks(n, widths, flat):
     return [flat[a:b].reshape(d, n) for a, b, d in zip(starts[:-1], starts[1:], widths, strict=True)]
 
 
-def shared(n, widths, mode):
+def shared(n, widths, mode, X=None):
     """``(L, n, n)`` bool, one matrix per hidden layer: the pairs of distinct points whose
     inputs to that layer are positive multiples of each other, as the modes tell: the
     layer below has one live unit at both, the same, or the same live units at both with
-    inputs to it that are multiples (ReLU is positively homogeneous). None in the first
-    layer. Units of one neuron at such points are twins."""
-    out = [jnp.zeros((n, n), bool)]
+    inputs to it that are multiples (ReLU is positively homogeneous). In the first layer,
+    the data points ``X`` ``(n, d)`` that are positive multiples of each other (their
+    directions 1e-12 apart at most; none without ``X``). Units of one neuron at such
+    points are twins."""
+    out = [jnp.zeros((n, n), bool) if X is None else _multiples(X)]
     for below in _blocks(n, widths, mode)[:-1]:
         live = below == ACTIVE
         alike = jnp.all(live[:, :, None] == live[:, None, :], axis=0) & jnp.any(live, axis=0)[:, None]
@@ -61,33 +64,45 @@ def shared(n, widths, mode):
     return jnp.stack(out)
 
 
-def with_twins(n, widths, mode, mask):
-    """``(P,)`` bool: the units of ``mask`` and their twins in ``mode``."""
-    pairs = shared(n, widths, mode)
+def _multiples(X):
+    """``(n, n)`` bool: the pairs of distinct nonzero rows of ``X`` that are positive
+    multiples of each other, their directions 1e-12 apart at most."""
+    X = jnp.asarray(X)
+    norms = jnp.linalg.norm(X, axis=1)
+    U = X / jnp.where(norms > 0, norms, 1.0)[:, None]
+    close = jnp.max(jnp.abs(U[:, None, :] - U[None, :, :]), axis=2) <= 1e-12
+    return close & (norms > 0)[:, None] & (norms > 0)[None, :] & ~jnp.eye(X.shape[0], dtype=bool)
+
+
+def with_twins(n, widths, mode, mask, X=None):
+    """``(P,)`` bool: the units of ``mask`` and their twins in ``mode`` (data ``X``)."""
+    pairs = shared(n, widths, mode, X)
     out = [
         m | (m.astype(jnp.int32) @ pairs[ell].astype(jnp.int32) > 0) for ell, m in enumerate(_blocks(n, widths, mask))
     ]
     return jnp.concatenate([o.reshape(-1) for o in out])
 
 
-def passengers(n, widths, mode, among=None):
+def passengers(n, widths, mode, among=None, X=None):
     """``(P,)`` bool: the units of ``among`` (default: the sliding units) with a twin in
-    ``among`` at a lower point, the class's carrier (the unit at its lowest point)."""
+    ``among`` at a lower point, the class's carrier (the unit at its lowest point); data
+    ``X``."""
     among = (mode == SLIDING) if among is None else among
-    pairs = shared(n, widths, mode)
+    pairs = shared(n, widths, mode, X)
     lower = np.tril(np.ones((n, n), bool), -1)  # [x, x']: x' < x
     out = [(m & jnp.any(pairs[ell][None] & lower[None] & m[:, None, :], axis=2)).reshape(-1)
            for ell, m in enumerate(_blocks(n, widths, among))]  # fmt: skip
     return jnp.concatenate(out)
 
 
-def ties(system, idx, valid, mode, among=None):
+def ties(system, idx, valid, mode, among=None, X=None):
     """``(K,)`` ints over the slots ``idx`` of a sliding solve or kink problem: the slot of
     each unit's carrier (:func:`passengers`; its own slot for a carrier or a unit without
-    twins), for the solves to give every unit of a class its carrier's control."""
-    riders = jnp.append(passengers(system.n, system.hidden_widths, mode, among), False)[idx] & valid
+    twins), for the solves to give every unit of a class its carrier's control; data
+    ``X``."""
+    riders = jnp.append(passengers(system.n, system.hidden_widths, mode, among, X), False)[idx] & valid
     layer, neuron, point = (jnp.append(a, 0)[idx] for a in index_table(system.n, system.hidden_widths))
-    pairs = shared(system.n, system.hidden_widths, mode)
+    pairs = shared(system.n, system.hidden_widths, mode, X)
     same = (layer[:, None] == layer[None, :]) & (neuron[:, None] == neuron[None, :]) & valid[:, None] & valid[None, :]
     carried = same & pairs[layer[:, None], point[:, None], point[None, :]] & riders[:, None] & ~riders[None, :]
     return jnp.where(jnp.any(carried, axis=1), jnp.argmax(carried, axis=1), jnp.arange(idx.shape[0]))
