@@ -310,11 +310,14 @@ class _Controls:
         computed here unless given (a chord's, :meth:`chord`: the modes are those of the
         step, and a carrier's slot precedes its passengers', so the first slots' map is
         the same for any slot count). ``X``: the data (twins of the first layer)."""
-        from .twins import ties
+        from . import twins
 
-        idx = jnp.nonzero(mode == SLIDING, size=slots or self.K, fill_value=self.P)[0]
+        on = mode == SLIDING
+        idx = jnp.nonzero(on, size=slots or self.K, fill_value=self.P)[0]
         valid = idx < self.P
-        return idx, valid, ties(self, idx, valid, mode, None, X) if tie is None else tie[: idx.shape[0]]
+        if tie is not None:
+            return idx, valid, tie[: idx.shape[0]]
+        return idx, valid, twins.ties(self, idx, valid, twins.shared(self.n, self.hidden_widths, mode, X), on)
 
     @_traced_once(4)
     def equivalent_control(self, y, data, mode, warm, slots=None, chord=None):

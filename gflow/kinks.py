@@ -100,9 +100,9 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
     revived, revived_mode = system.revived(y, mode, pending)
     # Twins of a unit on its surface are on it too (one surface, gflow.twins), but not
     # where a live unit below reaches its own (pending units do not count as live).
-    apart = jnp.where(pending, INACTIVE, mode)
     X = data[0]
-    main = twins.with_twins(system.n, system.hidden_widths, apart, (mode == SLIDING) | pending, X) & ~slaved
+    pairs = twins.shared(system.n, system.hidden_widths, jnp.where(pending, INACTIVE, mode), X)
+    main = twins.with_twins(system.n, system.hidden_widths, pairs, (mode == SLIDING) | pending) & ~slaved
     idx = jnp.nonzero(main, size=system.K, fill_value=P)[0]
     # More than K: the sliding units take the slots first and the arrivals left over
     # are decided in the next round (they keep their sides meanwhile).
@@ -116,7 +116,7 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
     # controls are solved with them there (first round only).
     arriving = valid & (jnp.append(mode, SLIDING)[idx] != SLIDING)
     # A class of twins is decided as one unit: its passengers' slopes are its carrier's.
-    tie = twins.ties(system, idx, valid, apart, main, X)
+    tie = twins.ties(system, idx, valid, pairs, main)
 
     def solve(mode_now, c0, first, tie):
         """The problem on the units in the slots that are still on their surfaces."""
@@ -145,7 +145,7 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
         mode_new = jnp.where(stranded, jnp.where(rate > 0, ACTIVE, INACTIVE), mode_new).astype(mode.dtype)
         # Twin classes by the new modes: a unit that arrived and went active parts the
         # twins above it (they were solved as one); they are solved again, apart (once).
-        tie_new = twins.ties(system, idx, valid, mode_new, main, X)
+        tie_new = twins.ties(system, idx, valid, twins.shared(system.n, system.hidden_widths, mode_new, X), main)
         parted = jnp.any(tie_new != tie) & first
         return mode_new, c, dec, cut_all | cut, tie_new, jnp.any(cut | stranded) | parted, jnp.zeros((), bool)
 
@@ -297,8 +297,10 @@ def onto_surfaces(system, y, data, mode, control, floor):
     params = system.unravel(y)
     slopes = system._slope_list(system.base_slopes(mode, control))
     # Passengers of a twin class share their carrier's surface: its move puts them on it.
-    riders = twins.passengers(system.n, system.hidden_widths, mode, X=X)
-    sliding = system._slope_list((mode == SLIDING) & ~riders)
+    on_surface = mode == SLIDING
+    pairs = twins.shared(system.n, system.hidden_widths, mode, X)
+    riders = twins.passengers(system.n, system.hidden_widths, pairs, on_surface)
+    sliding = system._slope_list(on_surface & ~riders)
 
     def one_layer(h, W, s, on, columns=True):
         p = _times_transpose(h, W, system.small)  # [point, neuron]

@@ -37,7 +37,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .events import ACTIVE, SLIDING
+from .events import ACTIVE
 from .networks import index_table
 
 
@@ -74,35 +74,30 @@ def _multiples(X):
     return close & (norms > 0)[:, None] & (norms > 0)[None, :] & ~jnp.eye(X.shape[0], dtype=bool)
 
 
-def with_twins(n, widths, mode, mask, X=None):
-    """``(P,)`` bool: the units of ``mask`` and their twins in ``mode`` (data ``X``)."""
-    pairs = shared(n, widths, mode, X)
+def with_twins(n, widths, pairs, mask):
+    """``(P,)`` bool: the units of ``mask`` and their twins (``pairs``, :func:`shared`)."""
     out = [
         m | (m.astype(jnp.int32) @ pairs[ell].astype(jnp.int32) > 0) for ell, m in enumerate(_blocks(n, widths, mask))
     ]
     return jnp.concatenate([o.reshape(-1) for o in out])
 
 
-def passengers(n, widths, mode, among=None, X=None):
-    """``(P,)`` bool: the units of ``among`` (default: the sliding units) with a twin in
-    ``among`` at a lower point, the class's carrier (the unit at its lowest point); data
-    ``X``."""
-    among = (mode == SLIDING) if among is None else among
-    pairs = shared(n, widths, mode, X)
+def passengers(n, widths, pairs, among):
+    """``(P,)`` bool: the units of ``among`` with a twin in ``among`` (``pairs``,
+    :func:`shared`) at a lower point, the class's carrier (the unit at its lowest point)."""
     lower = np.tril(np.ones((n, n), bool), -1)  # [x, x']: x' < x
     out = [(m & jnp.any(pairs[ell][None] & lower[None] & m[:, None, :], axis=2)).reshape(-1)
            for ell, m in enumerate(_blocks(n, widths, among))]  # fmt: skip
     return jnp.concatenate(out)
 
 
-def ties(system, idx, valid, mode, among=None, X=None):
+def ties(system, idx, valid, pairs, among):
     """``(K,)`` ints over the slots ``idx`` of a sliding solve or kink problem: the slot of
-    each unit's carrier (:func:`passengers`; its own slot for a carrier or a unit without
-    twins), for the solves to give every unit of a class its carrier's control; data
-    ``X``."""
-    riders = jnp.append(passengers(system.n, system.hidden_widths, mode, among, X), False)[idx] & valid
+    each unit's carrier among ``among`` (:func:`passengers`; its own slot for a carrier or
+    a unit without twins), for the solves to give every unit of a class its carrier's
+    control."""
+    riders = jnp.append(passengers(system.n, system.hidden_widths, pairs, among), False)[idx] & valid
     layer, neuron, point = (jnp.append(a, 0)[idx] for a in index_table(system.n, system.hidden_widths))
-    pairs = shared(system.n, system.hidden_widths, mode, X)
     same = (layer[:, None] == layer[None, :]) & (neuron[:, None] == neuron[None, :]) & valid[:, None] & valid[None, :]
     carried = same & pairs[layer[:, None], point[:, None], point[None, :]] & riders[:, None] & ~riders[None, :]
     return jnp.where(jnp.any(carried, axis=1), jnp.argmax(carried, axis=1), jnp.arange(idx.shape[0]))

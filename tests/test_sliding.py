@@ -367,7 +367,7 @@ def test_twins_are_read_off_the_modes():
     layer input is one live unit, the same, of the layer below, or the same live units
     fed by twin inputs; the class is carried by its unit at the lowest point."""
     from gflow import twins
-    from gflow.events import ACTIVE, INACTIVE
+    from gflow.events import ACTIVE, INACTIVE, SLIDING
 
     n, widths = 4, (2, 3, 2)
     first = np.array([[1, 1, 1, 0], [0, 0, 1, 1]])  # [neuron, point]: points 0, 1 share unit 0
@@ -385,11 +385,11 @@ def test_twins_are_read_off_the_modes():
     moved = mode.at[1].set(INACTIVE).at[5].set(ACTIVE)  # point 1 fed by first-layer unit 1, as 3
     assert {tuple(p) for p in np.argwhere(np.asarray(twins.shared(n, widths, moved))[1])} == {(1, 3), (3, 1)}
     # Sliding units: (1, 2, 0) and (1, 2, 1) are a class, and so are (2, 0, 0), (2, 0, 1).
-    riders = np.asarray(twins.passengers(n, widths, mode))
+    riders = np.asarray(twins.passengers(n, widths, twins.shared(n, widths, mode), mode == SLIDING))
     assert np.flatnonzero(riders).tolist() == [8 + 8 + 1, 20 + 1]
-    grown = np.asarray(twins.with_twins(n, widths, mode, jnp.zeros(28, bool).at[20 + 4 + 1].set(True)))
+    grown = np.asarray(twins.with_twins(n, widths, pairs, jnp.zeros(28, bool).at[20 + 4 + 1].set(True)))
     assert np.flatnonzero(grown).tolist() == [20 + 4 + 0, 20 + 4 + 1]  # (2, 1, 1) and its twin (2, 1, 0)
     system = events.System(None, "square", n, widths, 4)
     idx = jnp.asarray([16, 17, 21, 28])  # (1, 2, 0), (1, 2, 1), (2, 0, 1), an empty slot
-    tie = np.asarray(twins.ties(system, idx, idx < 28, mode))
+    tie = np.asarray(twins.ties(system, idx, idx < 28, twins.shared(n, widths, mode), mode == SLIDING))
     assert tie.tolist() == [0, 0, 2, 3]  # (2, 0, 1)'s carrier (2, 0, 0) is not in the slots
