@@ -5,12 +5,14 @@ reaching its surface, a sliding unit's control reaching 0 or 1, or a sliding uni
 drifting off its surface) and, at the end of that forced step, calls :func:`resolve`
 for the member:
 
-1. **Decide** (:func:`decide`): the units that reached their surfaces and every sliding
-   unit are decided together by the box complementarity problem of
-   :mod:`gflow.sliding` (the derivation is in its docstring): which slide, with which
-   controls, and to which side the others go. Bias-free networks add three structural
-   cases (slaved, cut and revived units), which change the field, so the problem is
-   solved again on what remains until nothing more is cut.
+1. **Decide** (:func:`decide`): the units that reached their surfaces (with the live
+   units within their band whose landing makes one of them a twin,
+   :func:`gflow.twins.landing`) and every sliding unit are decided together by the box
+   complementarity problem of :mod:`gflow.sliding` (the derivation is in its
+   docstring): which slide, with which controls, and to which side the others go.
+   Bias-free networks add three structural cases (slaved, cut and revived units), which
+   change the field, so the problem is solved again on what remains until nothing more
+   is cut.
 2. **Past the band** (:func:`past_the_band`): a unit the decision kept on its side while
    its pre-activation lies beyond half a round-off band on the other takes that side.
 3. **Settle** (:func:`settle`): units whose pre-activations the new modes moved beyond
@@ -53,9 +55,15 @@ def resolve(system, y, data, mode, control, pending, initial, rtol, atol, rate_f
     settled units'); ``pending_left`` the units not handled yet (more than ``K`` at once);
     ``unresolved`` true where the decision could not be solved to tolerance
     (:attr:`gflow.Status.KINK_UNRESOLVED`)."""
+    # Live units within their band that make an arriving unit a twin land with it.
+    p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
+    near = (mode == ACTIVE) & ~pending & (jnp.abs(p) <= 0.5 * _noise(p, rtol, atol))
+    landing = twins.landing(system.n, system.hidden_widths, mode, pending, near, data[0]) & ~initial
+    pending = pending | landing
     before, involved = mode, pending | (mode == SLIDING)  # involved: at their surfaces
     mode, control, left, records, unresolved = decide(system, y, data, mode, control, pending, initial, rate_floor)
     (mask, kind, direction), *rest = records
+    mask = mask & ~(landing & (mode == before))  # those that stay live did not land
     mode, past = past_the_band(system, y, data, before, mode, control, pending & ~initial, rtol, atol)
     kind = jnp.where(past, int(Kind.CROSS), kind)
     direction = jnp.where(past, jnp.where(mode == ACTIVE, 1, -1), direction)

@@ -30,6 +30,13 @@ multiples of each other (a duplicated point, say): read off the data; every othe
 here reads modes only, never the weights. Inputs that are multiples of each other by
 chance, at an instant (two live units or more, not fed by twins), are not twins: their
 surfaces meet there and part again.
+
+**Twins made by a landing.** A unit becomes the twin of a unit on its surface at the
+instant a live unit below lands on its own (its output leaves the layer's input, which
+becomes a multiple of the twin's): the upper unit's pre-activation reaches 0 at that
+same instant. Integrated, the two arrivals are two roots a round-off band apart (the
+twin slides within its band, not at ``p = 0`` exactly), so either can come first; the
+landing units are decided with the upper unit's arrival (:func:`landing`).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .events import ACTIVE
+from .events import ACTIVE, INACTIVE, SLIDING
 from .networks import index_table
 
 
@@ -72,6 +79,29 @@ def _multiples(X):
     U = X / jnp.where(norms > 0, norms, 1.0)[:, None]
     close = jnp.max(jnp.abs(U[:, None, :] - U[None, :, :]), axis=2) <= 1e-12
     return close & (norms > 0)[:, None] & (norms > 0)[None, :] & ~jnp.eye(X.shape[0], dtype=bool)
+
+
+def landing(n, widths, mode, pending, near, X=None):
+    """``(P,)`` bool: the units of ``near`` (live units within their round-off band of
+    their surfaces) whose landing makes a unit of ``pending`` (arriving at its surface) the
+    twin of another unit at its surface (pending or ``SLIDING``): those below such a pair
+    at either of its points, in any layer (the twin pairs :func:`shared` with ``near``
+    not live beside ``pending``, against those without). They are decided with the
+    arrival: the exact flow has both arrivals at one instant."""
+    apart = shared(n, widths, jnp.where(pending, INACTIVE, mode), X)
+    joined = shared(n, widths, jnp.where(pending | near, INACTIVE, mode), X) & ~apart
+    arriving, at = _blocks(n, widths, pending), _blocks(n, widths, pending | (mode == SLIDING))
+    # [layer, point]: points of a new pair of an arriving unit with a unit at its surface.
+    new = [
+        jnp.any(joined[ell] & (a.astype(jnp.int32).T @ s.astype(jnp.int32) > 0), axis=1)
+        for ell, (a, s) in enumerate(zip(arriving, at, strict=True))
+    ]
+    points = [m | jnp.any(joined[ell] & m[None, :], axis=1) for ell, m in enumerate(new)]
+    # A near unit in layer ℓ counts where a layer above it has such a point.
+    above = [jnp.zeros(n, bool)]
+    for m in points[:0:-1]:
+        above.insert(0, above[0] | m)
+    return near & jnp.concatenate([jnp.tile(a, d) for a, d in zip(above, widths, strict=True)])
 
 
 def with_twins(n, widths, pairs, mask):

@@ -374,6 +374,16 @@ def test_twin_classes_slide_as_one_unit_two_layers_deep():
         assert modes[n * (sum(widths[1 : 1 + layer]) + neuron) + point] == SLIDING, unit
 
 
+def test_a_unit_that_becomes_a_twin_as_another_lands_is_decided_with_the_landing():
+    """Depth 4, teacher seed 370 (a ``benchmarks/filippov`` problem): at t = 1.7611247189
+    unit (0, 2, 5) lands on its surface, after which neuron 1 is the only live unit of
+    the first layer at points 3 and 5, so the third layer's (2, 4, 3) becomes the twin
+    of (2, 4, 5), which slides: it reaches its surface at that same instant and slides
+    with it. gflow 0.5.6 found its root 1.6e-9 before the landing (the twin slides 5e-12
+    off its surface, within its band) and recorded a crossing there, decided alone."""
+    depth4_against_reference(370, t1=2.0, event=(2, 4, 3, "slide_start"), at=1.7611247189, within=1e-9)
+
+
 def test_data_points_that_are_multiples_of_each_other_make_twins_in_every_layer():
     """A data point twice another (a duplicate, scaled): every first-layer unit there is a
     twin of the other point's, and so on up while their live units agree. On depth-3

@@ -393,3 +393,22 @@ def test_twins_are_read_off_the_modes():
     idx = jnp.asarray([16, 17, 21, 28])  # (1, 2, 0), (1, 2, 1), (2, 0, 1), an empty slot
     tie = np.asarray(twins.ties(system, idx, idx < 28, twins.shared(n, widths, mode), mode == SLIDING))
     assert tie.tolist() == [0, 0, 2, 3]  # (2, 0, 1)'s carrier (2, 0, 0) is not in the slots
+
+
+def test_a_landing_that_makes_an_arriving_unit_a_twin_is_read_off_the_modes():
+    """A live unit within its band whose landing makes an arriving unit the twin of a
+    sliding one lands with it (:func:`gflow.twins.landing`); near units whose landing
+    makes no such pair do not."""
+    from gflow import twins
+    from gflow.events import INACTIVE, SLIDING
+
+    n, widths = 4, (2, 3)
+    first = np.array([[1, 1, 1, 1], [0, 1, 0, 0]])  # point 1 has two live units, the others one
+    second = np.array([[0, 0, 0, SLIDING], [0, 0, 0, 0], [0, 0, 0, 0]])
+    mode = jnp.asarray(np.concatenate([first.ravel(), second.ravel()]))
+    pending = jnp.zeros(20, bool).at[8 + 1].set(True)  # (1, 0, 1) arrives; (1, 0, 3) slides
+    near = jnp.zeros(20, bool).at[4 + 1].set(True).at[2].set(True)  # (0, 1, 1) and (0, 0, 2)
+    landing = np.asarray(twins.landing(n, widths, mode, pending, near))
+    assert np.flatnonzero(landing).tolist() == [4 + 1]  # point 1 then has one live unit, as 3
+    assert not np.asarray(twins.landing(n, widths, mode.at[8 + 3].set(INACTIVE), pending, near)).any()
+    assert not np.asarray(twins.landing(n, widths, mode, jnp.zeros(20, bool), near)).any()
