@@ -39,7 +39,7 @@ from . import theory
 from ._chunks import _run_chunks
 from .experiments import _count, _finish, _out, _positive, _row, _seed, _success
 from .networks import init_params
-from .reference import balance_drift
+from .reference import balance_drift, preactivations
 from .solve import simulate_batch
 
 __all__ = ["DEPTHS", "THM4_LAMBDAS", "save_figures", "thm4", "thm5", "unflatten"]
@@ -155,6 +155,20 @@ def _forward(params, X):
     return h @ np.swapaxes(params[-1], 1, 2)
 
 
+def _checks(sol, X, rtol, atol):
+    """Per member of a batch solution: the energy identity's relative defect
+    (:attr:`gflow.Solution.energy_defect`) and the largest mode gap at the end
+    (:meth:`gflow.Solution.mode_gaps`) in units of the event band ``10·(atol +
+    rtol·max(1, max|p|))``: at most 1 where the modes describe the weights."""
+    gaps = []
+    for b in range(len(sol.status)):
+        member = sol[b]
+        p = np.concatenate([z.ravel() for z in preactivations(member.params, X)])
+        band = 10.0 * (atol + rtol * max(1.0, float(np.max(np.abs(p)))))
+        gaps.append(float(np.max(member.mode_gaps(X))) / band)
+    return dict(energy_defect=np.asarray(sol.energy_defect, np.float64), mode_gap=np.asarray(gaps))
+
+
 def _drift(params0, params, scale):
     """Largest change of the SPEC §3 invariants of each run, relative to ``scale``."""
     return np.array([balance_drift([W[b] for W in params0], [W[b] for W in params], scale=scale[b])
@@ -214,7 +228,9 @@ def thm4(
     Returns:
         The result dict (see :mod:`gflow.experiments`). ``arrays`` hold one row per run:
         ``depth``, ``width``, ``run``; per stage (axis 1, one per ``λ``) ``status``,
-        ``t``, ``loss``, ``mean_r``, ``harmonic``, ``norm_sq``, ``chain_bound``; at the
+        ``t``, ``loss``, ``mean_r``, ``harmonic``, ``norm_sq``, ``chain_bound``,
+        ``energy_defect`` and ``mode_gap`` (:func:`_checks`: the energy identity's relative
+        defect, the largest mode gap at the stage's end in event bands); at the
         end ``ratios`` (``(N, max depth)``, NaN-padded), ``singular_values``
         (``(N, max depth, max width)``), ``theta`` (flat final weights, NaN-padded; see
         :func:`unflatten`), ``bound``, ``norm_bound``, ``steps``, ``events``, and ``fits``:
@@ -256,9 +272,11 @@ def thm4(
             params, modes = sol.params, np.where(_success(sol.status)[:, None], sol.final_modes, -1)
             steps = steps + sol.stats["num_iterations"]
             events_n = events_n + sol.stats["num_events"]
-            stages.append(dict(status=sol.status, t=sol.t, loss=sol.loss, **_measures(params, td.X, kmax, wmax, dmax)))
+            stages.append(dict(status=sol.status, t=sol.t, loss=sol.loss, **_checks(sol, td.X, rtol, atol),
+                               **_measures(params, td.X, kmax, wmax, dmax)))  # fmt: skip
         stacked = {k: np.stack([s[k] for s in stages], axis=1) for k in ("status", "t", "loss", "mean_r", "harmonic",
-                                                                           "norm_sq", "chain_bound")}  # fmt: skip
+                                                                           "norm_sq", "chain_bound", "energy_defect",
+                                                                           "mode_gap")}  # fmt: skip
         last = stages[-1]
         return dict(
             stacked, depth=np.full(runs, depth), width=np.full(runs, w), run=np.arange(runs),
@@ -272,7 +290,7 @@ def thm4(
     a["bound"] = np.where(deep, theory.theorem4_bound(2, np.maximum(kp, 3), td.B), np.nan)
     a["norm_bound"] = np.where(deep, theory.theorem4_norm_sq(2, np.maximum(kp, 3), td.B), np.nan)
     a["fits"] = a["loss"][:, -1] < 0.05 * 0.5 * np.sum(td.Y**2)
-    summary = _summary(a, "Theorem 4", a["fits"], a["loss"][:, -1])
+    summary = _summary(a, "Theorem 4", a["fits"], a["loss"][:, -1]) + _check_rows(a)
     extra = dict(teacher=dict(X=td.X, Y=td.Y, B=td.B))
     return _finish("thm4", config, a, summary, out, t_start, computed, reused, extra=extra)
 
@@ -318,7 +336,8 @@ def thm5(
         The result dict; ``arrays`` per run: ``depth``, ``width``, ``run``, ``status``,
         ``t``, ``loss``, ``steps``, ``events``, the end-point measures (``ratios``,
         ``mean_r``, ``harmonic``, ``norm_sq``, ``chain_bound``, ``singular_values``),
-        ``drift`` (SPEC §3 invariants, relative), ``margin`` (the normalised margin at the
+        ``drift`` (SPEC §3 invariants, relative), ``energy_defect`` and ``mode_gap``
+        (:func:`_checks`), ``margin`` (the normalised margin at the
         end), ``fits`` (every margin positive: the loss tends to 0, the lemma's case),
         ``theta`` (see :func:`unflatten`) and along ``ts`` (axis 1): ``mean_r_t``,
         ``margin_t``, ``norm_t``; ``bound``, ``norm_bound``.
@@ -361,7 +380,8 @@ def thm5(
                 mean_t[ok, i] = theory.ratio_summary([W[ok] for W in p]).mean
                 margin_t[ok, i], norm_t[ok, i] = _margin([W[ok] for W in p], td.X, y)
         return dict(
-            m, depth=np.full(runs, depth), width=np.full(runs, w), run=np.arange(runs), status=sol.status, t=sol.t,
+            m, **_checks(sol, td.X, rtol, atol), depth=np.full(runs, depth), width=np.full(runs, w),
+            run=np.arange(runs), status=sol.status, t=sol.t,
             loss=sol.loss, steps=sol.stats["num_iterations"], events=sol.stats["num_events"],
             drift=_drift(params0, sol.params, scale), margin=_margin(sol.params, td.X, y)[0], mean_r_t=mean_t,
             margin_t=margin_t, norm_t=norm_t,
@@ -373,7 +393,7 @@ def thm5(
     a["bound"] = np.where(deep, theory.theorem5_bound(2, np.maximum(kp, 3), td.B), np.nan)
     a["norm_bound"] = np.where(deep, theory.theorem5_norm_sq(2, np.maximum(kp, 3), td.B), np.nan)
     a["fits"] = a["margin"] > 0
-    summary = _summary(a, "Theorem 5", a["fits"], a["loss"])
+    summary = _summary(a, "Theorem 5", a["fits"], a["loss"]) + _check_rows(a)
     # Among the runs that fit (a dead network reaches t1 in a few steps without moving):
     # the longest horizon, and of the runs that reached it the one with the worst drift.
     ok = _success(a["status"]) & (a["fits"] if np.any(a["fits"]) else True)
@@ -434,6 +454,21 @@ def _summary(a, theorem, fit, loss):
             measured += f"; {int(below.sum())} below, {above_norm} of them with ‖θ‖² > the proof's ‖θ'‖²"
         rows.append(_row(label, measured, f"≥ {bound:.3f} ({theorem})", bool(not below.any())))
     return rows
+
+
+def _check_rows(a):
+    """Table rows: the largest energy-identity defect and mode gap over every run (and
+    every stage), where the run finished."""
+    ok = _success(a["status"])
+    defect, gap = (np.where(ok, a[k], np.nan) for k in ("energy_defect", "mode_gap"))
+    if not ok.any():
+        return [_row("energy identity, mode gaps", "no run finished", "—")]
+    return [
+        _row("energy identity: largest relative defect (runs finished)", f"{np.nanmax(defect):.1e}", "≤ 1e-8",
+             bool(np.nanmax(defect) <= 1e-8)),
+        _row("mode gaps at the end: largest, in event bands 10·(atol + rtol·max|p|)", f"{np.nanmax(gap):.2f}",
+             "≤ 1 (modes describe the weights)", bool(np.nanmax(gap) <= 1.0)),
+    ]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- figures

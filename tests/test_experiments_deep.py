@@ -96,6 +96,7 @@ def test_thm5_measures_bounds_and_resume(thm5_result):
         if kp > 2:
             assert np.isclose(a["bound"][b], np.sqrt(kp / (2 * (kp + 1))) * (np.sqrt(2) / B) ** (2 / kp), rtol=1e-12)
         assert a["drift"][b] <= 1e-8  # SPEC §3 over [0, 1e4]
+        assert a["energy_defect"][b] <= 1e-8 and a["mode_gap"][b] <= 1.0  # energy identity, modes
         assert np.all(np.diff(a["norm_t"][b][np.isfinite(a["norm_t"][b])][3:]) > 0)  # ‖θ‖ grows
     # A rerun on the same folder reuses every chunk and gives the same arrays.
     again = deep.thm5(**SMALL, t1=1e4, out=out)
@@ -117,10 +118,13 @@ def test_thm4_reaches_balanced_stationary_points(thm4_result):
         params = _check_measures(a, X, b, stage=-1)
         q = balance_invariants(params)
         assert np.max(np.abs(q)) <= 1e-6 * sum(np.sum(W**2) for W in params)
+        assert a["energy_defect"][b, -1] <= 1e-8 and a["mode_gap"][b, -1] <= 1.0  # of L + (λ/2)‖θ‖²
         kp = len(params)
         if kp > 2:
             assert np.isclose(a["bound"][b], result["teacher"]["B"] ** (-2 / kp), rtol=1e-12)
     assert result["summary"][0]["holds"]
+    checks = [r for r in result["summary"] if r["quantity"].startswith(("energy identity", "mode gaps"))]
+    assert len(checks) == 2 and all(r["holds"] for r in checks)
 
 
 def test_thm4_stages_continue_with_the_modes(tmp_path, monkeypatch):
