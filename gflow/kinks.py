@@ -55,15 +55,27 @@ def resolve(system, y, data, mode, control, pending, initial, rtol, atol, rate_f
     settled units'); ``pending_left`` the units not handled yet (more than ``K`` at once);
     ``unresolved`` true where the decision could not be solved to tolerance
     (:attr:`gflow.Status.KINK_UNRESOLVED`)."""
-    # Live units within their band that make an arriving unit a twin land with it.
+    n, widths, X = system.n, system.hidden_widths, data[0]
     p = system.preacts(y, data, system.base_slopes(mode, control), held=True)
-    near = (mode == ACTIVE) & ~pending & (jnp.abs(p) <= 0.5 * _noise(p, rtol, atol))
-    landing = twins.landing(system.n, system.hidden_widths, mode, pending, near, data[0]) & ~initial
+    band = _noise(p, rtol, atol)
+    # An arriving unit with a twin clearly off its surface has not arrived: it takes its
+    # twin's side (gflow.twins.astray).
+    pairs = twins.shared(n, widths, jnp.where(pending, INACTIVE, mode), X)
+    off = ~pending & (mode != SLIDING) & (jnp.abs(p) > band)
+    astray, up = twins.astray(n, widths, pairs, pending, off, p)
+    astray = astray & ~initial
+    side = jnp.where(up, ACTIVE, INACTIVE).astype(mode.dtype)
+    turned = astray & (side != mode)
+    mode, pending = jnp.where(astray, side, mode), pending & ~astray
+    # Live units within their band that make an arriving unit a twin land with it.
+    near = (mode == ACTIVE) & ~pending & (jnp.abs(p) <= 0.5 * band)
+    landing = twins.landing(n, widths, mode, pending, near, X) & ~initial
     pending = pending | landing
     before, involved = mode, pending | (mode == SLIDING)  # involved: at their surfaces
     mode, control, left, records, unresolved = decide(system, y, data, mode, control, pending, initial, rate_floor)
     (mask, kind, direction), *rest = records
     mask = mask & ~(landing & (mode == before))  # those that stay live did not land
+    rest = [(turned, jnp.full_like(kind, int(Kind.CROSS)), jnp.where(up, 1, -1).astype(direction.dtype)), *rest]
     mode, past = past_the_band(system, y, data, before, mode, control, pending & ~initial, rtol, atol)
     kind = jnp.where(past, int(Kind.CROSS), kind)
     direction = jnp.where(past, jnp.where(mode == ACTIVE, 1, -1), direction)

@@ -104,6 +104,23 @@ def landing(n, widths, mode, pending, near, X=None):
     return near & jnp.concatenate([jnp.tile(a, d) for a, d in zip(above, widths, strict=True)])
 
 
+def astray(n, widths, pairs, pending, off, p):
+    """Units of ``pending`` with a twin (``pairs``) clearly off its surface (``off``: beyond
+    its round-off band, neither pending nor sliding), and whether such a twin is on its
+    active side: ``(astray, up)``, ``(P,)`` bool each. Twins are positive multiples of each
+    other, so such a unit has not reached its surface: its pre-activation is within its
+    band only because its point's signal is small (a point just reconnected, whose
+    pre-activations grow from 0), and it takes its twin's side."""
+    mask, side = [], []
+    for ell, (m, o, q) in enumerate(zip(*(_blocks(n, widths, a) for a in (pending, off, p)), strict=True)):
+        twin = pairs[ell].astype(jnp.int32)
+        up = (o & (q > 0)).astype(jnp.int32) @ twin > 0  # [neuron, point]: a twin off on its active side
+        down = (o & (q < 0)).astype(jnp.int32) @ twin > 0
+        mask.append((m & (up | down)).reshape(-1))
+        side.append(up.reshape(-1))
+    return jnp.concatenate(mask), jnp.concatenate(side)
+
+
 def with_twins(n, widths, pairs, mask):
     """``(P,)`` bool: the units of ``mask`` and their twins (``pairs``, :func:`shared`)."""
     out = [

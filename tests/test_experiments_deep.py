@@ -123,8 +123,9 @@ def test_thm4_reaches_balanced_stationary_points(thm4_result):
         if kp > 2:
             assert np.isclose(a["bound"][b], result["teacher"]["B"] ** (-2 / kp), rtol=1e-12)
     assert result["summary"][0]["holds"]
-    checks = [r for r in result["summary"] if r["quantity"].startswith(("energy identity", "mode gaps"))]
-    assert len(checks) == 2 and all(r["holds"] for r in checks)
+    checks = {r["quantity"].split(":")[0]: r for r in result["summary"]}
+    assert checks["energy identity"]["measured"] == f"{np.max(a['energy_defect']):.1e}"
+    assert checks["mode gaps at the end"]["holds"]
 
 
 def test_thm4_stages_continue_with_the_modes(tmp_path, monkeypatch):
@@ -184,3 +185,38 @@ def test_bad_input_names_the_argument(kwargs, match):
 
 def test_notebook_runs(notebook):
     finish_notebook(notebook, NOTEBOOK, 1800)
+
+
+def test_points_reconnected_at_a_depth_10_start_keep_the_energy_identity():
+    """``thm4``'s depth-10 start (seed 0, run 2, ``λ = 1e-2``, Kvaerno5 at the experiment's
+    tolerances) to ``t = 1.51``: at t ≈ 1.4938 point 7, cut above the first layer, is
+    reconnected, its pre-activations growing from 0; (6, 1, 7) leaves its round-off band
+    while its twins (6, 1, 4…6) are 1e-3 off their surface. gflow 0.5.6 took it as
+    arriving, slid the class and put it on its surface: the sixth layer's weights jumped by
+    1.8e-2 and the energy identity failed by 2.3e-3 (now the unit takes its twins' side,
+    :func:`gflow.twins.astray`). At t ≈ 1.50458 point 1 is reconnected through (3, 3, 1):
+    every unit above it there takes its side at that instant (0.5.5 revived one layer, and
+    the others followed one by one as they left their bands: defect 8.3e-8). The identity
+    is checked with the loss in NumPy."""
+    import gflow
+
+    td = deep._teacher(0, 4, 8)
+    params = [np.asarray(W[2]) for W in deep._starts(0, 10, 4, 3)]
+    lam = 1e-2
+
+    def objective(ps):
+        return 0.5 * np.sum((_forward(ps, np.asarray(td.X)) - np.asarray(td.Y)) ** 2) + 0.5 * lam * sum(
+            np.sum(W**2) for W in ps
+        )
+
+    sol = gflow.simulate(
+        params, td.X, td.Y, weight_decay=lam, t1=1.51, rtol=1e-9, atol=1e-11, max_sliding=16, solver="kvaerno5"
+    )
+    drop = objective(params) - objective([np.asarray(W) for W in sol.params])
+    assert abs(drop - float(sol.energy)) <= 1e-9 * drop
+    point1 = {
+        (r["layer"], r["neuron"])
+        for r in sol.crossings.rows()
+        if r["point"] == 1 and r["kind"] == "cross" and abs(r["t"] - 1.5045762) < 1e-6
+    }
+    assert {(3, 3), (5, 1), (6, 0), (7, 0), (8, 3)} <= point1, sorted(point1)
