@@ -5,8 +5,9 @@ reaching its surface, a sliding unit's control reaching 0 or 1, or a sliding uni
 drifting off its surface) and, at the end of that forced step, calls :func:`resolve`
 for the member:
 
-1. **Decide** (:func:`decide`): the units that reached their surfaces (with the live
-   units within their band whose landing makes one of them a twin,
+1. **Decide** (:func:`decide`): the units that reached their surfaces (less those with
+   a twin clearly off its surface, which take its side, :func:`gflow.twins.astray`; with
+   the live units within their band whose landing makes one of them a twin,
    :func:`gflow.twins.landing`) and every sliding unit are decided together by the box
    complementarity problem of :mod:`gflow.sliding` (the derivation is in its
    docstring): which slide, with which controls, and to which side the others go.

@@ -412,3 +412,22 @@ def test_a_landing_that_makes_an_arriving_unit_a_twin_is_read_off_the_modes():
     assert np.flatnonzero(landing).tolist() == [4 + 1]  # point 1 then has one live unit, as 3
     assert not np.asarray(twins.landing(n, widths, mode.at[8 + 3].set(INACTIVE), pending, near)).any()
     assert not np.asarray(twins.landing(n, widths, mode, jnp.zeros(20, bool), near)).any()
+
+
+def test_an_arriving_unit_whose_twin_is_off_its_surface_takes_its_twins_side():
+    """Twins are positive multiples of each other: a unit within its band whose twin is
+    clearly off its surface has not arrived (:func:`gflow.twins.astray`)."""
+    from gflow import twins
+
+    n, widths = 3, (2, 2)
+    first = np.array([[1, 1, 1], [0, 0, 1]])  # points 0 and 1: one live unit, the same
+    mode = jnp.asarray(np.concatenate([first.ravel(), np.zeros(6, int)]))
+    pairs = twins.shared(n, widths, mode)
+    p = jnp.asarray(np.concatenate([np.ones(6), [6.5e-9, 1e-3, 0.2, -2e-9, -0.3, 0.1]]))
+    pending = jnp.zeros(12, bool).at[6 + 0].set(True).at[6 + 3].set(True)  # (1, 0, 0) and (1, 1, 0)
+    off = ~pending & (jnp.abs(p) > 1e-8)
+    astray, up = (np.asarray(a) for a in twins.astray(n, widths, pairs, pending, off, p))
+    assert np.flatnonzero(astray).tolist() == [6 + 0, 6 + 3]  # their twins at point 1
+    assert up[6 + 0] and not up[6 + 3]  # (1, 0, 1) at +1e-3: active; (1, 1, 1) at −0.3: inactive
+    # Point 2 is no twin of point 0 (two live units there): its units do not count.
+    assert not np.asarray(twins.astray(n, widths, pairs, pending, off & (jnp.arange(12) != 7), p)[0])[6]
