@@ -118,12 +118,13 @@ def decide(system, y, data, mode, control, pending, initial, rate_floor):
     nothing more is cut (at most one round per hidden layer)."""
     P = system.P
     slaved = system.vanished(jnp.where(pending, INACTIVE, mode)) & ~system.vanished(mode)
-    revived, revived_mode = system.revived(y, mode, pending)
     # Twins of a unit on its surface are on it too (one surface, gflow.twins), but not
     # where a live unit below reaches its own (pending units do not count as live).
     X = data[0]
     pairs = twins.shared(system.n, system.hidden_widths, jnp.where(pending, INACTIVE, mode), X)
     main = twins.with_twins(system.n, system.hidden_widths, pairs, (mode == SLIDING) | pending) & ~slaved
+    # The twins of an arriving unit arrive with it, and reconnect their points with it.
+    revived, revived_mode = system.revived(y, mode, twins.with_twins(system.n, system.hidden_widths, pairs, pending))
     idx = jnp.nonzero(main, size=system.K, fill_value=P)[0]
     # More than K: the sliding units take the slots first and the arrivals left over
     # are decided in the next round (they keep their sides meanwhile).
