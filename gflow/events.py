@@ -66,7 +66,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .networks import SMALL_PRODUCT, _times_transpose, forward
+from .networks import SMALL_PRODUCT, _times_transpose, forward, layer_blocks
 from .sliding import (
     _SIGN_TOL,
     _damped_inverse,
@@ -619,13 +619,12 @@ class _Guards:
         ``thm4`` run, where a point's reconnection cascaded through five layers in 1e-5)."""
         cut = self.cut(mode)[0]
         arriving = pending & (mode == INACTIVE) & ~cut
-        params, n, start, h, carried = self.unravel(y), self.n, 0, None, None
+        params, h, carried = self.unravel(y), None, None
         revived, modes = [], []
-        for ell, d in enumerate(self.hidden_widths):
-            a, c, m = (v[start : start + d * n].reshape(d, n) for v in (arriving, cut, mode))
-            start += d * n
-            r = jnp.zeros((d, n), bool) if carried is None else c & carried[None, :]
-            z = jnp.zeros((d, n)) if h is None else params[ell] @ h
+        blocks = (layer_blocks(v, self.n, self.hidden_widths) for v in (arriving, cut, mode))
+        for ell, (a, c, m) in enumerate(zip(*blocks, strict=True)):
+            r = jnp.zeros(a.shape, bool) if carried is None else c & carried[None, :]
+            z = jnp.zeros(a.shape) if h is None else params[ell] @ h
             up = r & (z > 0)
             h = jnp.where(a, 1.0, jnp.where(up, z, 0.0))
             carried = jnp.any(a | up | ((m != INACTIVE) & ~c), axis=0)

@@ -110,13 +110,19 @@ def preactivations(params, X, slopes=None, held=False, small=SMALL_PRODUCT):
     return jnp.concatenate([p.T.reshape(-1) for p in pre])
 
 
-def unflatten_preactivations(flat, n, hidden_widths):
-    """Inverse of the flattening: list of ``(n, d_l)`` arrays from a ``(P,)`` vector."""
+def layer_blocks(flat, n, hidden_widths):
+    """A ``(P,)`` vector in the flat order as one ``(d_l, n)`` block per hidden layer
+    (``[neuron, point]``)."""
     out, start = [], 0
     for d in hidden_widths:
-        out.append(flat[start : start + d * n].reshape(d, n).T)
+        out.append(flat[start : start + d * n].reshape(d, n))
         start += d * n
     return out
+
+
+def unflatten_preactivations(flat, n, hidden_widths):
+    """Inverse of the flattening: list of ``(n, d_l)`` arrays from a ``(P,)`` vector."""
+    return [block.T for block in layer_blocks(flat, n, hidden_widths)]
 
 
 def index_table(n, hidden_widths):

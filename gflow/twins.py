@@ -45,13 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .events import ACTIVE, INACTIVE, SLIDING
-from .networks import index_table
-
-
-def _blocks(n, widths, flat):
-    """``flat`` ``(P,)`` as one ``(d, n)`` block per hidden layer (``[neuron, point]``)."""
-    starts = np.concatenate([[0], np.cumsum(widths) * n])
-    return [flat[a:b].reshape(d, n) for a, b, d in zip(starts[:-1], starts[1:], widths, strict=True)]
+from .networks import index_table, layer_blocks
 
 
 def shared(n, widths, mode, X=None):
@@ -63,7 +57,7 @@ def shared(n, widths, mode, X=None):
     directions 1e-12 apart at most; none without ``X``). Units of one neuron at such
     points are twins."""
     out = [jnp.zeros((n, n), bool) if X is None else _multiples(X)]
-    for below in _blocks(n, widths, mode)[:-1]:
+    for below in layer_blocks(mode, n, widths)[:-1]:
         live = below == ACTIVE
         alike = jnp.all(live[:, :, None] == live[:, None, :], axis=0) & jnp.any(live, axis=0)[:, None]
         single = jnp.sum(live, axis=0) == 1
@@ -90,7 +84,7 @@ def landing(n, widths, mode, pending, near, X=None):
     arrival: the exact flow has both arrivals at one instant."""
     apart = shared(n, widths, jnp.where(pending, INACTIVE, mode), X)
     joined = shared(n, widths, jnp.where(pending | near, INACTIVE, mode), X) & ~apart
-    arriving, at = _blocks(n, widths, pending), _blocks(n, widths, pending | (mode == SLIDING))
+    arriving, at = layer_blocks(pending, n, widths), layer_blocks(pending | (mode == SLIDING), n, widths)
     # [layer, point]: points of a new pair of an arriving unit with a unit at its surface.
     new = [
         jnp.any(joined[ell] & (a.astype(jnp.int32).T @ s.astype(jnp.int32) > 0), axis=1)
@@ -112,7 +106,7 @@ def astray(n, widths, pairs, pending, off, p):
     band only because its point's signal is small (a point just reconnected, whose
     pre-activations grow from 0), and it takes its twin's side."""
     mask, side = [], []
-    for ell, (m, o, q) in enumerate(zip(*(_blocks(n, widths, a) for a in (pending, off, p)), strict=True)):
+    for ell, (m, o, q) in enumerate(zip(*(layer_blocks(a, n, widths) for a in (pending, off, p)), strict=True)):
         twin = pairs[ell].astype(jnp.int32)
         up = (o & (q > 0)).astype(jnp.int32) @ twin > 0  # [neuron, point]: a twin off on its active side
         down = (o & (q < 0)).astype(jnp.int32) @ twin > 0
@@ -124,7 +118,8 @@ def astray(n, widths, pairs, pending, off, p):
 def with_twins(n, widths, pairs, mask):
     """``(P,)`` bool: the units of ``mask`` and their twins (``pairs``, :func:`shared`)."""
     out = [
-        m | (m.astype(jnp.int32) @ pairs[ell].astype(jnp.int32) > 0) for ell, m in enumerate(_blocks(n, widths, mask))
+        m | (m.astype(jnp.int32) @ pairs[ell].astype(jnp.int32) > 0)
+        for ell, m in enumerate(layer_blocks(mask, n, widths))
     ]
     return jnp.concatenate([o.reshape(-1) for o in out])
 
@@ -134,7 +129,7 @@ def passengers(n, widths, pairs, among):
     :func:`shared`) at a lower point, the class's carrier (the unit at its lowest point)."""
     lower = np.tril(np.ones((n, n), bool), -1)  # [x, x']: x' < x
     out = [(m & jnp.any(pairs[ell][None] & lower[None] & m[:, None, :], axis=2)).reshape(-1)
-           for ell, m in enumerate(_blocks(n, widths, among))]  # fmt: skip
+           for ell, m in enumerate(layer_blocks(among, n, widths))]  # fmt: skip
     return jnp.concatenate(out)
 
 
