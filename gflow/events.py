@@ -66,7 +66,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .networks import SMALL_PRODUCT, _times_transpose, forward, layer_blocks
+from .networks import SMALL_PRODUCT, _times_transpose, forward, layer_blocks, per_unit, stacked_blocks
 from .sliding import (
     _SIGN_TOL,
     _damped_inverse,
@@ -593,14 +593,9 @@ class _Guards:
         nothing. The first hidden layer is never cut, the last never stranded."""
         cut, live = self._columns(mode, lambda m: m != INACTIVE)
         n, widths = self.n, self.hidden_widths
-        starts = np.concatenate([[0], np.cumsum(widths) * n])
-        active = (mode == ACTIVE) & ~cut
-        strands = []
-        for ell, d in enumerate(widths[:-1]):
-            beside = jnp.any(active[starts[ell] : starts[ell + 1]].reshape(d, n), axis=0)
-            strands.append(jnp.broadcast_to((~beside & ~live[ell + 1])[None, :], (d, n)).reshape(-1))
-        strands.append(jnp.zeros(widths[-1] * n, bool))
-        return cut, jnp.concatenate(strands)
+        beside = jnp.any(stacked_blocks((mode == ACTIVE) & ~cut, n, widths, False), axis=1)  # [layer, point]
+        strands = jnp.concatenate([~beside[:-1] & ~live[1:], jnp.zeros((1, n), bool)])
+        return cut, per_unit(strands, n, widths)
 
     def revived(self, y, mode, pending):
         """Cut units that pending units arriving from their inactive sides would reconnect,
@@ -641,18 +636,14 @@ class _Guards:
     def _columns(self, mode, carries):
         """Layer by layer from the bottom: the units with no carrier (``carries`` of their
         mode, not cut) at their point in the layer below, ``(P,)``; and per layer, whether
-        each point has a carrier there, ``(n,)`` each."""
-        n, cuts, has, below = self.n, [], [], None
-        start = 0
-        for d in self.hidden_widths:
-            m = mode[start : start + d * n].reshape(d, n)
-            start += d * n
-            cut = jnp.zeros((d, n), bool) if below is None else jnp.broadcast_to(below[None, :], (d, n))
-            carried = jnp.any(carries(m) & ~cut, axis=0)
-            below = ~carried
-            cuts.append(cut.reshape(-1))
-            has.append(carried)
-        return jnp.concatenate(cuts), has
+        each point has a carrier there, ``(L, n)``. A point has one in a layer where some
+        unit there carries and it has one in every layer below (a cut unit carries
+        nothing): a running "and" over the layers."""
+        n, widths = self.n, self.hidden_widths
+        some = jnp.any(carries(stacked_blocks(mode, n, widths, INACTIVE)), axis=1)  # [layer, point]
+        has = jax.lax.cummin(some.astype(jnp.int32), axis=0) > 0
+        cut = jnp.concatenate([jnp.zeros((1, n), bool), ~has[:-1]])
+        return per_unit(cut, n, widths), has
 
 
 class _Depth2Kinks:

@@ -13,6 +13,7 @@ length ``P = n * (d_1 + ... + d_{k-1})``, ordered layer-major, then neuron, then
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -118,6 +119,50 @@ def layer_blocks(flat, n, hidden_widths):
         out.append(flat[start : start + d * n].reshape(d, n))
         start += d * n
     return out
+
+
+def stacked_blocks(flat, n, hidden_widths, fill):
+    """A ``(P,)`` vector in the flat order as one ``(L, d, n)`` array, ``[layer, neuron,
+    point]``, ``d`` the largest hidden width: a layer's block padded with ``fill`` to
+    ``d`` neurons. One reshape where every hidden layer has ``d`` neurons, one gather
+    otherwise; work on all layers at once then does not grow the program with the depth
+    (:func:`flat_blocks` is the inverse)."""
+    tables = _stacked_tables(n, tuple(hidden_widths))
+    if tables is None:
+        return flat.reshape(len(hidden_widths), -1, n)
+    return jnp.append(flat, jnp.asarray(fill, flat.dtype))[tables[0]]
+
+
+def flat_blocks(stacked, n, hidden_widths):
+    """An ``(L, d, n)`` array of :func:`stacked_blocks`'s layout back in the flat order,
+    ``(P,)`` (padding dropped)."""
+    tables = _stacked_tables(n, tuple(hidden_widths))
+    return stacked.reshape(-1) if tables is None else stacked.reshape(-1)[tables[1]]
+
+
+def per_unit(rows, n, hidden_widths):
+    """``(P,)``: each unit's entry of ``rows``, ``(L, n)`` ``[layer, point]`` (a value per
+    layer and point, the same for every neuron of the layer)."""
+    shape = (len(hidden_widths), max(hidden_widths), n)
+    return flat_blocks(jnp.broadcast_to(rows[:, None, :], shape), n, hidden_widths)
+
+
+@functools.lru_cache(maxsize=64)
+def _stacked_tables(n, hidden_widths):
+    """For :func:`stacked_blocks` and :func:`flat_blocks`: the ``(L, d, n)`` flat index of
+    each entry (``P`` for padding) and each flat index's position in the stacked array,
+    or ``None`` where the layers have one width (a reshape)."""
+    d, P = max(hidden_widths), n * sum(hidden_widths)
+    if min(hidden_widths) == d:
+        return None
+    table = np.full((len(hidden_widths), d, n), P, np.int32)
+    start = 0
+    for ell, w in enumerate(hidden_widths):
+        table[ell, :w] = start + np.arange(w * n).reshape(w, n)
+        start += w * n
+    inverse = np.zeros(P, np.int32)
+    inverse[table[table < P]] = np.flatnonzero(table < P)
+    return table, inverse
 
 
 def unflatten_preactivations(flat, n, hidden_widths):

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .events import ACTIVE, INACTIVE, SLIDING
-from .networks import index_table, layer_blocks
+from .networks import flat_blocks, index_table, per_unit, stacked_blocks
 
 
 def shared(n, widths, mode, X=None):
@@ -55,13 +55,15 @@ def shared(n, widths, mode, X=None):
     inputs to it that are multiples (ReLU is positively homogeneous). In the first layer,
     the data points ``X`` ``(n, d)`` that are positive multiples of each other (their
     directions 1e-12 apart at most; none without ``X``). Units of one neuron at such
-    points are twins."""
+    points are twins. Every layer at once (:func:`gflow.networks.stacked_blocks`), the
+    chain upwards three operations a layer."""
+    live = stacked_blocks(mode, n, widths, INACTIVE)[:-1] == ACTIVE  # [layer below, neuron, point]
+    alike = jnp.all(live[:, :, :, None] == live[:, :, None, :], axis=1) & jnp.any(live, axis=1)[:, :, None]
+    alike = alike & ~jnp.eye(n, dtype=bool)
+    single = (jnp.sum(live, axis=1) == 1)[:, :, None]
     out = [jnp.zeros((n, n), bool) if X is None else _multiples(X)]
-    for below in layer_blocks(mode, n, widths)[:-1]:
-        live = below == ACTIVE
-        alike = jnp.all(live[:, :, None] == live[:, None, :], axis=0) & jnp.any(live, axis=0)[:, None]
-        single = jnp.sum(live, axis=0) == 1
-        out.append(alike & (single[:, None] | out[-1]) & ~jnp.eye(n, dtype=bool))
+    for ell in range(len(widths) - 1):
+        out.append(alike[ell] & (single[ell] | out[-1]))
     return jnp.stack(out)
 
 
@@ -84,18 +86,16 @@ def landing(n, widths, mode, pending, near, X=None):
     arrival: the exact flow has both arrivals at one instant."""
     apart = shared(n, widths, jnp.where(pending, INACTIVE, mode), X)
     joined = shared(n, widths, jnp.where(pending | near, INACTIVE, mode), X) & ~apart
-    arriving, at = layer_blocks(pending, n, widths), layer_blocks(pending | (mode == SLIDING), n, widths)
+    arriving, at = (
+        stacked_blocks(m, n, widths, False).astype(jnp.int32) for m in (pending, pending | (mode == SLIDING))
+    )
     # [layer, point]: points of a new pair of an arriving unit with a unit at its surface.
-    new = [
-        jnp.any(joined[ell] & (a.astype(jnp.int32).T @ s.astype(jnp.int32) > 0), axis=1)
-        for ell, (a, s) in enumerate(zip(arriving, at, strict=True))
-    ]
-    points = [m | jnp.any(joined[ell] & m[None, :], axis=1) for ell, m in enumerate(new)]
+    new = jnp.any(joined & (jnp.swapaxes(arriving, 1, 2) @ at > 0), axis=2)
+    points = new | jnp.any(joined & new[:, None, :], axis=2)
     # A near unit in layer ℓ counts where a layer above it has such a point.
-    above = [jnp.zeros(n, bool)]
-    for m in points[:0:-1]:
-        above.insert(0, above[0] | m)
-    return near & jnp.concatenate([jnp.tile(a, d) for a, d in zip(above, widths, strict=True)])
+    above = jnp.flip(jnp.cumsum(jnp.flip(points[1:], 0), axis=0), 0) > 0
+    above = jnp.concatenate([above, jnp.zeros((1, n), bool)])
+    return near & per_unit(above, n, widths)
 
 
 def astray(n, widths, pairs, pending, off, p):
@@ -105,32 +105,25 @@ def astray(n, widths, pairs, pending, off, p):
     other, so such a unit has not reached its surface: its pre-activation is within its
     band only because its point's signal is small (a point just reconnected, whose
     pre-activations grow from 0), and it takes its twin's side."""
-    mask, side = [], []
-    for ell, (m, o, q) in enumerate(zip(*(layer_blocks(a, n, widths) for a in (pending, off, p)), strict=True)):
-        twin = pairs[ell].astype(jnp.int32)
-        up = (o & (q > 0)).astype(jnp.int32) @ twin > 0  # [neuron, point]: a twin off on its active side
-        down = (o & (q < 0)).astype(jnp.int32) @ twin > 0
-        mask.append((m & (up | down)).reshape(-1))
-        side.append(up.reshape(-1))
-    return jnp.concatenate(mask), jnp.concatenate(side)
+    o, q = stacked_blocks(off, n, widths, False), stacked_blocks(p, n, widths, 0.0)
+    twin = pairs.astype(jnp.int32)
+    up = (o & (q > 0)).astype(jnp.int32) @ twin > 0  # [layer, neuron, point]: a twin off on its active side
+    down = (o & (q < 0)).astype(jnp.int32) @ twin > 0
+    return pending & flat_blocks(up | down, n, widths), flat_blocks(up, n, widths)
 
 
 def with_twins(n, widths, pairs, mask):
     """``(P,)`` bool: the units of ``mask`` and their twins (``pairs``, :func:`shared`)."""
-    out = [
-        m | (m.astype(jnp.int32) @ pairs[ell].astype(jnp.int32) > 0)
-        for ell, m in enumerate(layer_blocks(mask, n, widths))
-    ]
-    return jnp.concatenate([o.reshape(-1) for o in out])
+    m = stacked_blocks(mask, n, widths, False)
+    return mask | flat_blocks(m.astype(jnp.int32) @ pairs.astype(jnp.int32) > 0, n, widths)
 
 
 def passengers(n, widths, pairs, among):
     """``(P,)`` bool: the units of ``among`` with a twin in ``among`` (``pairs``,
     :func:`shared`) at a lower point, the class's carrier (the unit at its lowest point)."""
     lower = np.tril(np.ones((n, n), bool), -1)  # [x, x']: x' < x
-    out = [(m & jnp.any(pairs[ell][None] & lower[None] & m[:, None, :], axis=2)).reshape(-1)
-           for ell, m in enumerate(layer_blocks(among, n, widths))]  # fmt: skip
-    return jnp.concatenate(out)
+    m = stacked_blocks(among, n, widths, False)
+    return among & flat_blocks(jnp.any(pairs[:, None] & lower & m[:, :, None, :], axis=3), n, widths)
 
 
 def ties(system, idx, valid, pairs, among):
