@@ -362,6 +362,28 @@ def test_sliding_units_are_put_on_their_surfaces_by_the_least_balanced_change(se
 
 
 @pytest.mark.quick
+def test_stacked_blocks_put_each_unit_at_its_layer_neuron_and_point():
+    """The all-layers view of the twin and cut masks (:func:`gflow.networks.stacked_blocks`)
+    holds each flat entry at its ``(layer, neuron, point)`` of
+    :func:`gflow.networks.index_table`, padding elsewhere, and :func:`flat_blocks` undoes
+    it; :func:`per_unit` gives each unit its layer's and point's entry. Mixed widths (a
+    gather) and one width (a reshape)."""
+    from gflow.networks import flat_blocks, index_table, per_unit, stacked_blocks
+
+    for n, widths in [(3, (2, 4, 1)), (2, (3, 3))]:
+        P = n * sum(widths)
+        flat = jnp.arange(1.0, P + 1)
+        stacked = np.asarray(stacked_blocks(flat, n, widths, -1.0))
+        layer, neuron, point = index_table(n, widths)
+        assert stacked.shape == (len(widths), max(widths), n)
+        np.testing.assert_array_equal(stacked[layer, neuron, point], np.arange(1.0, P + 1))
+        assert np.sum(stacked == -1.0) == stacked.size - P
+        np.testing.assert_array_equal(np.asarray(flat_blocks(jnp.asarray(stacked), n, widths)), np.asarray(flat))
+        rows = np.arange(len(widths) * n).reshape(len(widths), n)
+        np.testing.assert_array_equal(np.asarray(per_unit(jnp.asarray(rows), n, widths)), rows[layer, point])
+
+
+@pytest.mark.quick
 def test_twins_are_read_off_the_modes():
     """Units of one neuron are twins (one surface, :mod:`gflow.twins`) at two points whose
     layer input is one live unit, the same, of the layer below, or the same live units
