@@ -155,14 +155,10 @@ def _stacked_tables(n, hidden_widths):
     d, P = max(hidden_widths), n * sum(hidden_widths)
     if min(hidden_widths) == d:
         return None
+    layer, neuron, point = index_table(n, hidden_widths)
     table = np.full((len(hidden_widths), d, n), P, np.int32)
-    start = 0
-    for ell, w in enumerate(hidden_widths):
-        table[ell, :w] = start + np.arange(w * n).reshape(w, n)
-        start += w * n
-    inverse = np.zeros(P, np.int32)
-    inverse[table[table < P]] = np.flatnonzero(table < P)
-    return table, inverse
+    table[layer, neuron, point] = np.arange(P)
+    return table, ((layer * d + neuron) * n + point).astype(np.int32)
 
 
 def unflatten_preactivations(flat, n, hidden_widths):
