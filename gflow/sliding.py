@@ -280,6 +280,7 @@ _UNROLL_COLUMNS = 5
 
 
 _CP_MAX = 48  # semismooth Newton steps at most at one kink
+_ROUNDS = 4  # of those, from different starts (complementarity)
 SOLVED = 1e-6  # the natural residual (in units of the controls) up to which a kink counts as decided
 _CP_FULL = 12  # of which with the whole bound set updated at each
 _DESCENT_MAX = 200  # projected gradient steps at most where they fail
@@ -524,7 +525,13 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     of their Jacobian has real part at most ``−1.0e-11``), and with rates below the
     loss's round-off counted as zero (:meth:`gflow.events.System.output_round_off`: near
     an interpolating state ``out − Y`` keeps only a few digits, and the rates ``ṗ`` no
-    more)."""
+    more). If that fails as well, the minimum of ``‖g(c)‖²`` is sought once more, from
+    ``c0`` with every unit free, and the active-set iterations start from there: where
+    units coupled across layers make the rates quadratic in their controls, the first
+    Newton steps from ``c0`` can leave the box and fix a unit at a bound where its
+    sensitivity ``d_j`` has changed sign: a non-solution, from which the first descent
+    keeps that unit where it is, and the coupled round takes the same first steps
+    (``tests/test_sliding.py::test_coupled_sliding_units_are_solved_from_any_start``)."""
     K = idx.shape[0]
     tie = jnp.arange(K) if tie is None else jnp.where(valid & valid[tie], tie, jnp.arange(K))
     kw = dict(y=y, data=data, base=base, idx=idx, valid=valid, tie=tie)
@@ -534,19 +541,25 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     rho = system.output_round_off(y, data)  # the state is fixed: once for the rounds
 
     def round_(carry):
-        # Round 0 from c0; if unsolved, round 1 from the minimum of ‖g‖² (_descend); if
-        # still unsolved, round 2 from c0 again, coupled.
+        # Round 0 from c0; if unsolved, round 1 from the minimum of ‖g‖² (_descend) from
+        # where round 0 ended, its units at bounds with d_j ≥ 0 kept; if still unsolved,
+        # round 2 from c0 again, coupled; then round 3 from the minimum of ‖g‖² from c0
+        # with every unit free.
         c_start, held, n, _ = carry
         found = _active_set(system, kw, c_start, held, rate_floor, n == 2, jnp.where(n == 2, rho, 0.0), fixed)
         c, (J, r, s, lo, hi), residual, _ = found
-        again = (residual > SOLVED) & (n < 2)
+        again = (residual > SOLVED) & (n < _ROUNDS - 1)
+        ended = jnp.where(lo, 0.0, jnp.where(hi, 1.0, jnp.clip(c, 0.0, 1.0)))
         kept = fixed | (valid & (jnp.diagonal(J) >= -_SENSITIVITY_FLOOR) & (lo | hi))
+        from_end = n == 0
         c_next = jax.lax.cond(
-            again & (n == 0),
-            lambda: _descend(system, kw, jnp.where(lo, 0.0, jnp.where(hi, 1.0, jnp.clip(c, 0.0, 1.0))), kept),
+            again & (from_end | (n == 2)),
+            lambda: _descend(
+                system, kw, jnp.where(from_end, ended, jnp.clip(c0, 0.0, 1.0)), jnp.where(from_end, kept, fixed)
+            ),
             lambda: c0,
         )
-        n_next = jnp.where(again, n + 1, 3)
+        n_next = jnp.where(again, n + 1, _ROUNDS)
         return c_next, hold & (n_next == 2), n_next, found
 
     none = jnp.zeros(K, bool)
@@ -554,7 +567,7 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     zero = jnp.zeros((), jnp.int32)
     first = (c0, lin0, jnp.asarray(jnp.inf), zero)
     *_, (c, (J, r, s, lo, hi), residual, it) = jax.lax.while_loop(
-        lambda carry: carry[2] < 3, round_, (c0, hold, zero, first)
+        lambda carry: carry[2] < _ROUNDS, round_, (c0, hold, zero, first)
     )
     d = jnp.diagonal(J)
     a_plus, a_minus = r + (1.0 - c) * d, r - c * d

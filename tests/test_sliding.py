@@ -76,14 +76,14 @@ def numpy_field(params, X, Y, slopes, K, layout=LAYOUT, on_surface=True):
     return g, np.concatenate([r[0].T.ravel() for r in rates])
 
 
-def numpy_min_norm(params, X, Y, pattern, K, S):
+def numpy_min_norm(params, X, Y, pattern, K, S, layout=LAYOUT):
     """Wolfe's min-norm point of the hull of the gradients over the vertices of the units
     ``S`` (the others of ``K`` at their slopes in ``pattern``)."""
     grads = []
     for bits in itertools.product((0.0, 1.0), repeat=len(S)):
         slopes = np.asarray(pattern, float).copy()
         slopes[S] = bits
-        grads.append(numpy_field(params, X, Y, slopes, K)[0])
+        grads.append(numpy_field(params, X, Y, slopes, K, layout)[0])
     return _min_norm_sum([np.array(grads)])[0]
 
 
@@ -163,6 +163,48 @@ def test_kink_decisions_are_consistent_and_min_norm():
     assert counts["leaves"] >= 300, counts
     print(counts, unsolved)
     assert len(unsolved) <= 3, unsolved
+
+
+def test_coupled_sliding_units_are_solved_from_any_start():
+    """Three units slide, two of them at one point in consecutive layers, so that their
+    rates are quadratic in the controls: the state at ``t = 37.25`` of
+    ``tests/test_deep.py::test_several_units_slide_on_their_surfaces``
+    (``tests/data/quadratic_sliding.npz``: its weights and modes there). Newton's method
+    on the rates from 0 finds a root outside the box (a control of 227.5), and from the
+    box's centre the semismooth Newton iterations left the box and stopped at a
+    non-solution (natural residual 0.045; the run continued from there stopped with
+    ``KINK_UNRESOLVED``): the last round, the minimum of ``‖g‖²`` over the box from the
+    start with every unit free, solves it. From every start the three units slide, with
+    the same controls, in ``(0, 1)``, their rates zero in NumPy (the reference's passes, a
+    held unit outputting its control times its pre-activation) and ``g`` Wolfe's min-norm
+    point of the hull over their vertices."""
+    z = np.load(Path(__file__).parent / "data" / "quadratic_sliding.npz")
+    params, X, Y, modes = [z[f"arr_{i}"] for i in range(3)], z["X"], z["Y"], z["modes"]
+    shapes = [W.shape for W in params]
+    layout = _Layout(shapes, len(X))
+    system = events.System(_unravel_for(tuple(shapes)), "square", len(X), (2, 2), 8)
+    K = [int(k) for k in np.nonzero(modes == events.SLIDING)[0]]
+    assert len(K) == 3 and len({layout.entry(k)[2] for k in K}) == 2  # two at one point
+    y = jnp.asarray(np.concatenate([W.ravel() for W in params]))
+    pattern = (modes == events.ACTIVE).astype(float)
+    idx = jnp.asarray(K + [system.P] * 5)
+    solve = jax.jit(
+        lambda c0: sliding.complementarity(system, y, (X, Y, 0.0), jnp.asarray(pattern), idx, idx < system.P, c0)
+    )
+    controls = []
+    for start in ([0.0, 0.0, 0.0], [0.5, 0.5, 0.5], [1.0, 1.0, 1.0], [0.0, 1.0, 0.5]):
+        dec = solve(jnp.asarray(start + [0.0] * 5))
+        c = np.asarray(dec.control)[:3]
+        assert float(dec.residual) <= sliding.SOLVED and np.all(np.asarray(dec.slide)[:3]), (start, c)
+        assert np.all((c > 0.0) & (c < 1.0)), (start, c)
+        slopes = pattern.copy()
+        slopes[K] = c
+        g, rates = numpy_field(params, X, Y, slopes, K, layout, on_surface=False)
+        assert np.max(np.abs(rates[K])) <= 1e-9 * np.max(np.abs(rates)), (start, rates[K])
+        u = numpy_min_norm(params, X, Y, slopes, K, K, layout)
+        assert np.linalg.norm(g - u) <= 1e-8 * np.linalg.norm(u), start
+        controls.append(c)
+    np.testing.assert_allclose(controls, np.broadcast_to(controls[0], (4, 3)), rtol=0, atol=1e-9)
 
 
 @pytest.mark.quick
