@@ -402,13 +402,21 @@ class _Controls:
             _, pdot = self.field_and_rates(y, data, base.at[k].set(value))
             return pdot[k]
 
-        a_plus, a_minus = jax.vmap(rate)(jnp.array([1.0, 0.0]))
-        J = a_plus - a_minus
-        mu, _ = _damping(jnp.abs(J))
-        c = warm[k]
-        for _ in range(3):
-            c = c - J * (a_minus + c * J) / (J * J + mu)
-        c = c - J * rate(c) / (J * J + mu)
+        def evaluate(i, carry):
+            # Pass 0: the rate at slope 1, pass 1: at 0, pass 2: at the affine model's
+            # control, and the step on the true rate from there. One rate evaluation per
+            # pass: one copy of the network's passes in the compiled program.
+            a_plus, a_minus, c = carry
+            J = a_plus - a_minus
+            mu, _ = _damping(jnp.abs(J))
+            model = warm[k]
+            for _ in range(3):
+                model = model - J * (a_minus + model * J) / (J * J + mu)
+            r = rate(jnp.select([i == 0, i == 1], [1.0, 0.0], model))
+            return jnp.where(i == 0, r, a_plus), jnp.where(i == 1, r, a_minus), model - J * r / (J * J + mu)
+
+        zero = jnp.zeros_like(warm[k])
+        c = jax.lax.fori_loop(0, 3, evaluate, (zero, zero, zero))[2]
         c = jnp.where(sliding, c, warm[k])
         return jnp.where(sliding, base.at[k].set(c), base), warm.at[k].set(c)
 
