@@ -280,7 +280,7 @@ _UNROLL_COLUMNS = 5
 
 
 _CP_MAX = 48  # semismooth Newton steps at most at one kink
-_ROUNDS = 4  # of those, from different starts (complementarity)
+_ROUNDS = 5  # of those, from different starts (complementarity)
 SOLVED = 1e-6  # the natural residual (in units of the controls) up to which a kink counts as decided
 _CP_FULL = 12  # of which with the whole bound set updated at each
 _DESCENT_MAX = 200  # projected gradient steps at most where they fail
@@ -531,7 +531,11 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
     Newton steps from ``c0`` can leave the box and fix a unit at a bound where its
     sensitivity ``d_j`` has changed sign: a non-solution, from which the first descent
     keeps that unit where it is, and the coupled round takes the same first steps
-    (``tests/test_sliding.py::test_coupled_sliding_units_are_solved_from_any_start``)."""
+    (``tests/test_sliding.py::test_coupled_sliding_units_are_solved_from_any_start``).
+    Last, they start from every unit at the bound nearest its start (0 from 1/2): the
+    problem is not convex, and where these rounds fail from the box's centre a start
+    from its corners has found a solution (one of ``tests/test_sliding.py``'s 300 random
+    states)."""
     K = idx.shape[0]
     tie = jnp.arange(K) if tie is None else jnp.where(valid & valid[tie], tie, jnp.arange(K))
     kw = dict(y=y, data=data, base=base, idx=idx, valid=valid, tie=tie)
@@ -544,7 +548,7 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
         # Round 0 from c0; if unsolved, round 1 from the minimum of ‖g‖² (_descend) from
         # where round 0 ended, its units at bounds with d_j ≥ 0 kept; if still unsolved,
         # round 2 from c0 again, coupled; then round 3 from the minimum of ‖g‖² from c0
-        # with every unit free.
+        # with every unit free; last, round 4 from the bounds nearest c0.
         c_start, held, n, _ = carry
         found = _active_set(system, kw, c_start, held, rate_floor, n == 2, jnp.where(n == 2, rho, 0.0), fixed)
         c, (J, r, s, lo, hi), residual, _ = found
@@ -557,7 +561,7 @@ def complementarity(system, y, data, base, idx, valid, c0, hold=None, rate_floor
             lambda: _descend(
                 system, kw, jnp.where(from_end, ended, jnp.clip(c0, 0.0, 1.0)), jnp.where(from_end, kept, fixed)
             ),
-            lambda: c0,
+            lambda: jnp.where(n == 3, jnp.where(c0 > 0.5, 1.0, 0.0), c0),
         )
         n_next = jnp.where(again, n + 1, _ROUNDS)
         return c_next, hold & (n_next == 2), n_next, found
