@@ -175,8 +175,8 @@ def test_coupled_sliding_units_are_solved_from_any_start():
     on the rates from 0 finds a root outside the box (a control of 227.5), and from the
     box's centre the semismooth Newton iterations left the box and stopped at a
     non-solution (natural residual 0.045; the run continued from there stopped with
-    ``KINK_UNRESOLVED``): the last round, the minimum of ``‖g‖²`` over the box from the
-    start with every unit free, solves it. From every start the three units slide, with
+    ``KINK_UNRESOLVED``): the fourth round, the minimum of ``‖g‖²`` over the box from
+    the start with every unit free, solves it. From every start the three units slide, with
     the same controls, in ``(0, 1)``, their rates zero in NumPy (the reference's passes, a
     held unit outputting its control times its pre-activation) and ``g`` Wolfe's min-norm
     point of the hull over their vertices."""
