@@ -380,46 +380,6 @@ class _Controls:
             index = jnp.where(n_sliding > 1, jnp.searchsorted(jnp.array(sizes[1:]), n_sliding) + 1, 0)
         return jax.lax.switch(jnp.minimum(index, len(routes) - 1), routes)
 
-    def _single_control(self, y, data, mode, warm):
-        """:meth:`equivalent_control` when at most one unit slides (deeper networks), at the
-        cost of three field evaluations rather than three Jacobians. On its surface its rate
-        is affine in its own control ``c`` (the rate's gradient depends only on the slopes
-        of lower layers, and the unit's output ``c·p`` is 0): ``r(c) ≈ a₋ + c·(a₊ − a₋)``
-        from the two one-sided rates. The damped Newton step of :meth:`equivalent_control`
-        (:func:`_damped_inverse`: damping ``(1e-7·|J|)²``, ``|J|`` floored) is run three
-        times on this affine model, then once more on the true rate at the control found:
-        a unit held within the event tolerance of its surface (``p`` ~ 1e-11, not 0) feeds
-        ``c·p`` to the layers above, which makes ``r`` quadratic in ``c`` with a coefficient
-        of order ``p``. Without that step the rate left over is of order ``p`` and can feed
-        ``p`` itself: in a thm4 run (depth 3, width 4, ``λ = 1e-2``) a sliding unit's ``p``
-        grew from 1e-11 to 2e-3 while it slid. With it both routes give the same control
-        (``tests/test_deep.py::test_single_sliding_control_zeroes_the_rate_off_the_surface``)."""
-        k = jnp.argmax(mode == SLIDING)
-        sliding = mode[k] == SLIDING
-        base = self.base_slopes(mode, jnp.zeros_like(warm))
-
-        def rate(value):
-            _, pdot = self.field_and_rates(y, data, base.at[k].set(value))
-            return pdot[k]
-
-        def evaluate(i, carry):
-            # Pass 0: the rate at slope 1, pass 1: at 0, pass 2: at the affine model's
-            # control, and the step on the true rate from there. One rate evaluation per
-            # pass: one copy of the network's passes in the compiled program.
-            a_plus, a_minus, c = carry
-            J = a_plus - a_minus
-            mu, _ = _damping(jnp.abs(J))
-            model = warm[k]
-            for _ in range(3):
-                model = model - J * (a_minus + model * J) / (J * J + mu)
-            r = rate(jnp.select([i == 0, i == 1], [1.0, 0.0], model))
-            return jnp.where(i == 0, r, a_plus), jnp.where(i == 1, r, a_minus), model - J * r / (J * J + mu)
-
-        zero = jnp.zeros_like(warm[k])
-        c = jax.lax.fori_loop(0, 3, evaluate, (zero, zero, zero))[2]
-        c = jnp.where(sliding, c, warm[k])
-        return jnp.where(sliding, base.at[k].set(c), base), warm.at[k].set(c)
-
     @_traced_once()
     def _controls(self, y, data, mode, control, n_sliding, chord=None):
         """``(slopes, control)`` for the current modes by the cheapest exact route.
@@ -428,7 +388,7 @@ class _Controls:
         "some, any number"), so that the choice stays a real branch under vmap. Nothing
         slides: the mode slopes. Otherwise :meth:`equivalent_control` with room for 1 or
         ``K`` sliding units, the fewest that fit (:func:`slot_sizes`); in deeper networks
-        one sliding unit takes :meth:`_single_control`. Depth 2 with at
+        one sliding unit takes :func:`_single_control`. Depth 2 with at
         most ``_BLOCK_POINTS`` points: :meth:`_controls_depth2_blocks` whenever some unit
         slides (for tiny problems written out scalar by scalar,
         :meth:`_controls_depth2_entries`). ``chord``: see :meth:`chord`.
@@ -446,7 +406,7 @@ class _Controls:
         routes = [lambda: (self.base_slopes(mode, control), control)]
         for size in sizes:
             if size == 1 and len(self.hidden_widths) > 1:
-                routes.append(lambda: self._single_control(y, data, mode, control))
+                routes.append(lambda: _single_control(self, y, data, mode, control))
             else:
                 routes.append(functools.partial(self.equivalent_control, y, data, mode, control, size, chord))
         if jnp.issubdtype(jnp.result_type(n_sliding), jnp.bool_):
@@ -459,6 +419,47 @@ class _Controls:
         """Slopes for the current modes; solves the sliding controls only when
         ``n_sliding > 0`` (see :meth:`_controls`)."""
         return self._controls(y, data, mode, control, n_sliding, chord)[0]
+
+
+def _single_control(system, y, data, mode, warm):
+    """:meth:`System.equivalent_control` when at most one unit slides (deeper networks), at the
+    cost of three field evaluations rather than three Jacobians. On its surface its rate
+    is affine in its own control ``c`` (the rate's gradient depends only on the slopes
+    of lower layers, and the unit's output ``c·p`` is 0): ``r(c) ≈ a₋ + c·(a₊ − a₋)``
+    from the two one-sided rates. The damped Newton step of :meth:`System.equivalent_control`
+    (:func:`_damped_inverse`: damping ``(1e-7·|J|)²``, ``|J|`` floored) is run three
+    times on this affine model, then once more on the true rate at the control found:
+    a unit held within the event tolerance of its surface (``p`` ~ 1e-11, not 0) feeds
+    ``c·p`` to the layers above, which makes ``r`` quadratic in ``c`` with a coefficient
+    of order ``p``. Without that step the rate left over is of order ``p`` and can feed
+    ``p`` itself: in a thm4 run (depth 3, width 4, ``λ = 1e-2``) a sliding unit's ``p``
+    grew from 1e-11 to 2e-3 while it slid. With it both routes give the same control
+    (``tests/test_deep.py::test_single_sliding_control_zeroes_the_rate_off_the_surface``)."""
+    k = jnp.argmax(mode == SLIDING)
+    sliding = mode[k] == SLIDING
+    base = system.base_slopes(mode, jnp.zeros_like(warm))
+
+    def rate(value):
+        _, pdot = system.field_and_rates(y, data, base.at[k].set(value))
+        return pdot[k]
+
+    def evaluate(i, carry):
+        # Pass 0: the rate at slope 1, pass 1: at 0, pass 2: at the affine model's
+        # control, and the step on the true rate from there. One rate evaluation per
+        # pass: one copy of the network's passes in the compiled program.
+        a_plus, a_minus, _ = carry
+        J = a_plus - a_minus
+        mu, _ = _damping(jnp.abs(J))
+        model = warm[k]
+        for _ in range(3):
+            model = model - J * (a_minus + model * J) / (J * J + mu)
+        r = rate(jnp.select([i == 0, i == 1], [1.0, 0.0], model))
+        return jnp.where(i == 0, r, a_plus), jnp.where(i == 1, r, a_minus), model - J * r / (J * J + mu)
+
+    zero = jnp.zeros_like(warm[k])
+    c = jax.lax.fori_loop(0, 3, evaluate, (zero, zero, zero))[2]
+    c = jnp.where(sliding, c, warm[k])
+    return jnp.where(sliding, base.at[k].set(c), base), warm.at[k].set(c)
 
 
 class _Depth2Controls:

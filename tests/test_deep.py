@@ -350,7 +350,7 @@ def test_sliding_controls_do_not_depend_on_the_residuals_scale():
 def test_single_sliding_control_zeroes_the_rate_off_the_surface():
     """A unit slides within the event tolerance of its surface, not on it: its output
     ``c·p`` reaches the layers above, so its rate is not quite affine in its control. The
-    one-unit route (:meth:`System._single_control`, two one-sided rates) must still zero
+    one-unit route (:func:`gflow.events._single_control`, two one-sided rates) must still zero
     the true rate, as the general Newton route does. Solved on the affine model alone it
     left a rate of order ``p``, which fed ``p``: a thm4 run (depth 3, width 4, λ = 1e-2)
     had a unit's ``p`` grow from 1e-11 to 2e-3 while it slid, then leave to the inactive
@@ -361,7 +361,7 @@ def test_single_sliding_control_zeroes_the_rate_off_the_surface():
 
     system, slopes, rates, _ = _depth3_controls()
     _, (W1, W2, W3), X = _depth3_draw()
-    single = jax.jit(lambda y, data, mode: system._single_control(y, data, mode, jnp.zeros(system.P))[0])
+    single = jax.jit(lambda y, data, mode: events._single_control(system, y, data, mode, jnp.zeros(system.P))[0])
     data = (X, np.full((5, 1), 0.3), 0.01)
     for p in (1e-8, 1e-6, 1e-4):
         W1p = W1.copy()
@@ -403,7 +403,7 @@ def test_sliding_control_without_effect_keeps_a_finite_derivative():
     mode = jnp.asarray(mode)
     warm = jnp.full(system.P, 0.25)
     control, derivative = jax.jit(
-        lambda y, v: jax.jvp(lambda y: system._single_control(y, data, mode, warm)[1], (y,), (v,))
+        lambda y, v: jax.jvp(lambda y: events._single_control(system, y, data, mode, warm)[1], (y,), (v,))
     )(y, rng.normal(size=y.shape))
     assert 1e-140 <= np.max(np.abs(np.asarray(rates(y, data, mode)))) <= 1e-120
     assert np.all(np.isfinite(np.asarray(derivative)))
