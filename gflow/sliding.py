@@ -280,9 +280,9 @@ _UNROLL_COLUMNS = 5
 
 
 _CP_MAX = 48  # semismooth Newton steps at most at one kink
-_ROUNDS = 5  # of those, from different starts (complementarity)
 SOLVED = 1e-6  # the natural residual (in units of the controls) up to which a kink counts as decided
 _CP_FULL = 12  # of which with the whole bound set updated at each
+_ROUNDS = 5  # runs of those steps, each from another start (complementarity)
 _DESCENT_MAX = 200  # projected gradient steps at most where they fail
 _CP_DAMPING = 1e-20  # the least Levenberg–Marquardt damping of its steps (rows scaled to unit sensitivity)
 
