@@ -154,9 +154,10 @@ def _newton_controls(system, y, data, c, base, idx, valid, tie, chord):
     With ``chord`` (the damped inverse of the rates' Jacobian at the step's start,
     :meth:`System.chord`): quasi-Newton iterations from it (:func:`_chord`, Broyden's
     updates), each one rate evaluation; the rates are multilinear in the controls and
-    ``c`` is close, so they converge in a few. Where they stop short of the tolerance the
-    last point kept is returned, as Newton's method returns its last after ``_NEWTON_MAX``
-    steps: the step's error control judges the field it gives. (Rejecting such steps
+    ``c`` is close, so they converge in a few. Where they stop short of the tolerance (at
+    round-off, or after ``_CHORD_MAX``) the last point kept is returned, as Newton's
+    method returns its last after ``_NEWTON_MAX`` steps: the step's error control judges
+    the field it gives. (Rejecting such steps
     instead, as NaN controls, was tried: on a depth-4 problem of ``tests/test_flow.py``
     the controls stalled at round-off above ``_NEWTON_NOISE`` at every step size, and the
     run spent its step budget at ``t = 27.3``.) No Newton fallback with a new Jacobian:
@@ -195,11 +196,17 @@ def _newton_controls(system, y, data, c, base, idx, valid, tie, chord):
 def _chord(residual, inverse, scale, c):
     """Quasi-Newton iterations ``c ← c − H·r(c)`` on the rates ``residual`` (a function of
     the slots' controls) from ``H = inverse``, at most ``_CHORD_MAX``, until the rates are
-    at ``_NEWTON_TOL`` of ``scale``. After each kept step ``s`` that changed the rates by
+    at ``_NEWTON_TOL`` of ``scale``. After each step ``s`` that changed the rates by
     ``Δr``, ``H`` takes Broyden's ("good") rank-one update, ``H ← H + (s − HΔr)(sᵀH) /
     (sᵀHΔr)``, so that it maps ``Δr`` to ``s``: the iterations converge superlinearly
     where a fixed ``inverse`` (a chord) would converge linearly, at the rate of its
-    Jacobian's mismatch. Returns ``(c, res)``: the last point kept, one more step from it
+    Jacobian's mismatch. A step that fails to halve the rates is not kept, but its
+    secant pair updates ``H`` all the same and the step is taken again from the last
+    point kept; only below ``_NEWTON_NOISE`` of ``scale`` (round-off) does such a step end
+    the iterations. (Ending them at the first failed step, as before 0.5.9, left sliding
+    rates far above round-off, 6e-5 of their scale and more, where the Jacobian had moved
+    since the step's start: on the 10-point Scale problem sliding units drifted from
+    4.5e-10 to 7.6e-9 off their surfaces within one save interval.) Returns ``(c, res)``: the last point kept, one more step from it
     if its rates are at that tolerance, and its largest rate (before that step). The first
     pass of the loop evaluates the rates at ``c`` itself (a zero step), so the program
     holds one copy of them."""
@@ -209,22 +216,27 @@ def _chord(residual, inverse, scale, c):
         r = residual(c - step)
         res_new = jnp.max(jnp.abs(r))
         # Kept only while the residual at least halves (a far start, e.g. no warm
-        # controls, can make the iterations diverge): else they stop at the last kept.
+        # controls, can make the iterations diverge).
         good = res_new <= 0.5 * res
-        # Broyden's update of the inverse: H maps the rates' change to the step that made it.
+        # Broyden's update of the inverse, from a kept step or a failed one alike: H maps
+        # the rates' change to the step that made it.
         s, dr = -step, r - r_old
         Hdr = H @ dr
         denom = jnp.dot(s, Hdr)
-        update = good & (i > 0) & (jnp.abs(denom) > 1e-12 * jnp.linalg.norm(s) * jnp.linalg.norm(Hdr))
+        update = (i > 0) & jnp.isfinite(res_new) & (jnp.abs(denom) > 1e-12 * jnp.linalg.norm(s) * jnp.linalg.norm(Hdr))
         H = jnp.where(update, H + jnp.outer(s - Hdr, s @ H) / jnp.where(update, denom, 1.0), H)
+        r_keep = jnp.where(good, r, r_old)
+        # A failed step above round-off is taken again from the last point kept, with the
+        # updated H; one at round-off ends the iterations (as Newton's method's stall).
+        more = good | (update & (res > _NEWTON_NOISE * scale))
         return (
-            jnp.where(good, c - step, c), jnp.where(good, H @ r, step), jnp.where(good, r, r_old), H,
-            jnp.where(good | (i == 0), res_new, res), i + 1, good,
+            jnp.where(good, c - step, c), H @ r_keep, r_keep, H,
+            jnp.where(good | (i == 0), res_new, res), i + 1, more,
         )  # fmt: skip
 
     def chord_unsolved(carry):
-        *_, res, i, good = carry
-        return good & (i <= _CHORD_MAX) & (res > _NEWTON_TOL * scale)
+        *_, res, i, more = carry
+        return more & (i <= _CHORD_MAX) & (res > _NEWTON_TOL * scale)
 
     start = (c, jnp.zeros_like(c), jnp.zeros_like(c), inverse, jnp.asarray(jnp.inf, c.dtype), 0, jnp.ones((), bool))
     c, step, _, _, res, _, _ = jax.lax.while_loop(chord_unsolved, chord_step, start)

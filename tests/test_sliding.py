@@ -255,6 +255,30 @@ def test_output_round_off_is_the_regression_losses_cancellation():
 
 
 @pytest.mark.quick
+def test_quasi_newton_controls_recover_from_a_step_that_fails_to_halve_the_rates():
+    """``_chord`` starts from the inverse Jacobian of another state (the step's start).
+    Where its first step fails to halve the rates (checked here in NumPy), it must not stop
+    there (before 0.5.9 it did, and sliding units drifted off their surfaces): the failed
+    step's secant pair updates the inverse and the step is taken again. On linear rates
+    ``A·c − b`` from 40 mismatched inverses ``(A + E)⁻¹`` it must reach ``A⁻¹b`` (LAPACK)
+    to 1e-12, the rates at ``_NEWTON_TOL`` of their scale."""
+    solve = jax.jit(lambda A, b, inverse, scale, c: sliding._chord(lambda c: A @ c - b, inverse, scale, c))
+    failed_first = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        A = rng.normal(size=(4, 4)) + 3.0 * np.eye(4)
+        b, E, c0 = rng.normal(size=4), rng.normal(size=(4, 4)), np.full(4, 0.5)
+        inverse = np.linalg.inv(A + E)
+        r0 = A @ c0 - b
+        failed_first += np.abs(A @ (c0 - inverse @ r0) - b).max() > 0.5 * np.abs(r0).max()
+        scale = np.abs(A).max()
+        c, res = solve(A, b, inverse, scale, c0)
+        np.testing.assert_allclose(np.asarray(c), np.linalg.solve(A, b), rtol=0, atol=1e-12)
+        assert float(res) <= sliding._NEWTON_TOL * scale
+    assert failed_first >= 20  # the case this is about, in most of them
+
+
+@pytest.mark.quick
 def test_small_solves_looped_and_written_out_agree_to_the_bit(monkeypatch):
     """``_solve_small`` above ``_UNROLL_COLUMNS`` columns loops over them (the program
     does not grow with the slot count); written out or looped it must be the same
