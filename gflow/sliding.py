@@ -157,10 +157,10 @@ def _newton_controls(system, y, data, c, base, idx, valid, tie, chord):
     ``c`` is close, so they converge in a few. Where they stop short of the tolerance (at
     round-off, or after ``_CHORD_MAX``) the last point kept is returned, as Newton's
     method returns its last after ``_NEWTON_MAX`` steps: the step's error control judges
-    the field it gives. (Rejecting such steps
-    instead, as NaN controls, was tried: on a depth-4 problem of ``tests/test_flow.py``
-    the controls stalled at round-off above ``_NEWTON_NOISE`` at every step size, and the
-    run spent its step budget at ``t = 27.3``.) No Newton fallback with a new Jacobian:
+    the field it gives. (Rejecting such steps instead, as NaN controls, was tried: on a
+    depth-4 problem of ``tests/test_flow.py`` the controls stalled at round-off above
+    ``_NEWTON_NOISE`` at every step size, and the run spent its step budget at
+    ``t = 27.3``.) No Newton fallback with a new Jacobian:
     it was a copy of the Jacobian in every place that solves the controls (stages,
     guards, event location), a fifth of a deep program's operations, and chord
     iterations without Broyden's updates needed it in about a third of the solves there.
@@ -206,10 +206,10 @@ def _chord(residual, inverse, scale, c):
     the iterations. (Ending them at the first failed step, as before 0.5.9, left sliding
     rates far above round-off, 6e-5 of their scale and more, where the Jacobian had moved
     since the step's start: on the 10-point Scale problem sliding units drifted from
-    4.5e-10 to 7.6e-9 off their surfaces within one save interval.) Returns ``(c, res)``: the last point kept, one more step from it
-    if its rates are at that tolerance, and its largest rate (before that step). The first
-    pass of the loop evaluates the rates at ``c`` itself (a zero step), so the program
-    holds one copy of them."""
+    4.5e-10 to 7.6e-9 off their surfaces within one save interval.) Returns ``(c, res)``:
+    the last point kept, one more step from it if its rates are at that tolerance, and its
+    largest rate (before that step). The first pass of the loop evaluates the rates at
+    ``c`` itself (a zero step), so the program holds one copy of them."""
 
     def chord_step(carry):
         c, step, r_old, H, res, i, _ = carry
