@@ -10,7 +10,9 @@ at most ``--max-steps`` iterations, default 20,000).
 The run goes from save time to save time (41 of them): one ``gflow.simulate`` call per
 interval, continued from the last one's weights and modes with the same compiled program,
 and a progress line after each (time, status, loss, iterations, units sliding, energy
-identity, mode gap, wall time). With ``--state PATH`` the run so far is written there
+identity, mode gap, wall time). A call continued with modes puts its given sliding units on
+their surfaces at ``t = 0`` where they are more than half a round-off band off (a jump whose
+loss change, ``stats["surface_jump"]``, is summed and reported beside the energy identity). With ``--state PATH`` the run so far is written there
 (atomically) after every interval (:func:`save_state`: the weights and modes at every save
 time, the rows, the last end point), and ``--resume`` continues it after an interruption.
 
@@ -145,11 +147,12 @@ def iteration_cost(states, X, Y, ts, max_sliding, iterations, tolerances):
     return rows
 
 
-def interval(sol, t0, loss0, energy0, X, wall):
-    """One save interval's row: where it ended, what it did, and the checks there."""
+def interval(sol, t0, loss0, energy0, jump0, X, wall):
+    """One save interval's row: where it ended, what it did, and the checks there (the
+    energy integral and the moves' loss change, ``surface_jump``, summed from ``t = 0``)."""
     from gflow import events
 
-    energy = energy0 + float(sol.energy)
+    energy, jump = energy0 + float(sol.energy), jump0 + float(sol.stats["surface_jump"])
     drop = loss0 - float(sol.loss)
     modes = [sol.initial_modes, sol.final_modes] + [sol.modes_at(t) for t in sol.crossings.t]
     sliding = [int(np.sum(np.asarray(m) == events.SLIDING)) for m in modes]
@@ -157,7 +160,7 @@ def interval(sol, t0, loss0, energy0, X, wall):
     return dict(
         t=t0 + float(sol.t), status=sol.status.name, stats={k: int(v) for k, v in sol.stats.items() if k.startswith("num_")},
         events=kinds, tolerance_factor=float(sol.stats["tolerance_factor"]),
-        loss=float(sol.loss), energy=energy, energy_defect=abs(drop - energy) / max(abs(drop), 1e-300),
+        loss=float(sol.loss), energy=energy, energy_defect=abs(drop - energy) / max(abs(drop), 1e-300), surface_jump=jump,
         gap=float(np.max(sol.mode_gaps(X))), gap_start=float(np.max(sol.mode_gaps(X, 0.0))),
         K=int(np.sum(np.asarray(sol.final_modes) == events.SLIDING)), K_max=max(sliding), wall_s=wall,
     )  # fmt: skip
@@ -196,7 +199,8 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, p
         wall = time.perf_counter() - t
         if i == 0:  # the modes the run starts with (decided at t = 0), for --per-k
             states[0] = (states[0][0], np.asarray(sol.initial_modes))
-        rows.append(interval(sol, ts[i], loss0, rows[-1]["energy"] if rows else 0.0, X, wall))
+        before = (rows[-1]["energy"], rows[-1].get("surface_jump", 0.0)) if rows else (0.0, 0.0)
+        rows.append(interval(sol, ts[i], loss0, *before, X, wall))
         if sol.status == gflow.Status.REACHED_T1:
             states.append(([np.asarray(W) for W in sol.params], np.asarray(sol.final_modes)))
         r = rows[-1]
@@ -227,6 +231,7 @@ def run(depth, width, n, t1, max_sliding, max_steps=20_000, gd=(), state=None, p
         loss_numpy=float(loss_value(end, X, Y, "square")), drift=balance_drift(params, end),
         sliding_at_end=last["K"], gap_all=last["gap"], gap_saved_max=max(saved_gaps),
         energy_defect=last["energy_defect"], energy_defect_saved_max=float(max(saved_defect, default=0.0)),
+        surface_jump=last.get("surface_jump", 0.0),
         loss_rise_max=float(np.max(np.diff(saved_loss), initial=0.0)),
         saved_t=ts[:reached].tolist(), saved_loss=saved_loss.tolist(), saved_gaps=saved_gaps,
         wall_s=sum(r["wall_s"] for r in rows), intervals=rows,
@@ -272,7 +277,8 @@ def main(argv=None):
     print(f"largest mode gap at the end {r['gap_all']:.1e}; at the {len(r['saved_t'])} save times "
           f"{r['gap_saved_max']:.1e}")  # fmt: skip
     print(f"energy identity: relative defect {r['energy_defect']:.1e} at the end, {r['energy_defect_saved_max']:.1e} "
-          f"at most at the save times; largest loss rise between save times {r['loss_rise_max']:.1e}")  # fmt: skip
+          f"at most at the save times; largest loss rise between save times {r['loss_rise_max']:.1e}; loss change "
+          f"of the moves onto the surfaces {r['surface_jump']:.1e}")  # fmt: skip
     if gd:
         print("time      gflow loss  " + "  ".join(f"GD η={lr:g}" for lr in gd) + "  (GD − GF) ratio")
         for i, t in enumerate(r["saved_t"]):

@@ -108,6 +108,7 @@ class _State(NamedTuple):
     mode0: jax.Array
     unresolved: jax.Array
     tolf: jax.Array  # the factor on rtol and atol (motion_tol; 1 without it)
+    jump: jax.Array  # the loss change of the moves onto the surfaces, summed (_onto_surfaces)
     data: tuple
 
 
@@ -251,7 +252,7 @@ class _Run:
             mode0=jnp.zeros((N, P), jnp.int8), ev_t=jnp.zeros((N, E)), ev_k=jnp.zeros((N, E), jnp.int32),
             ev_kind=jnp.zeros((N, E), jnp.int32), ev_dir=jnp.zeros((N, E), jnp.int32), n_ev=jnp.zeros(N, jnp.int32),
             saved=jnp.zeros((N, S) + y0.shape[1:]), n_acc=jnp.zeros(N, jnp.int32), n_rej=jnp.zeros(N, jnp.int32),
-            n_iter=jnp.zeros(N, jnp.int32), control=jnp.zeros((N, P)), tolf=jnp.ones(N),
+            n_iter=jnp.zeros(N, jnp.int32), control=jnp.zeros((N, P)), tolf=jnp.ones(N), jump=jnp.zeros(N),
         )  # fmt: skip
 
         def body(carry):
@@ -385,7 +386,7 @@ class _Lanes:
             status=jnp.full(L, int(Status.RUNNING), jnp.int32), slot=idx.astype(jnp.int32),
             # mode0: the given modes until the first iteration has decided the units on
             # their surfaces and the given sliding units, then the modes it leaves.
-            mode0=mode, unresolved=jnp.zeros(L, bool), tolf=tolf, data=data,
+            mode0=mode, unresolved=jnp.zeros(L, bool), tolf=tolf, jump=jnp.zeros(L), data=data,
         )  # fmt: skip
 
     def _start(self, N, count, inputs, state, next_, pid_reset, start):
@@ -539,7 +540,8 @@ class _Step:
             lambda: (s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev),
         )  # fmt: skip
         mode = jnp.where(done[:, None], o["mode_end"], s.mode)
-        return _Kinks(mode, s.control, s.pending, s.unresolved, s.pending, o["y1"], ev_t, ev_k, ev_kind, ev_dir, n_ev)
+        kinks = (mode, s.control, s.pending, s.unresolved, s.pending, o["y1"], jnp.zeros(L))
+        return _Kinks(*kinks, ev_t, ev_k, ev_kind, ev_dir, n_ev)
 
 
 class _Locate:
@@ -661,24 +663,28 @@ class _Resolve:
             records = jax.tree.map(lambda a: jnp.where(_bcast(done, a), a, jnp.zeros_like(a)), records)
             mode = jnp.where(done[:, None], mode, s.mode)
             control = jnp.where(done[:, None], control, s.control)
-            y = o["y1"]
+            y, jump = o["y1"], jnp.zeros(c.L)
             if self.deep:
-                y = self._onto_surfaces(c, y, mode, control, s.data, s.tolf, done & ~initial)
+                y, jump = self._onto_surfaces(c, y, mode, control, s.data, s.tolf, done)
             pending = jnp.where(done[:, None], pending, s.pending)
             unresolved = s.unresolved | (done & unresolved)
-            return (y, mode, control, pending, unresolved) + self._write(
+            return (y, mode, control, pending, unresolved, jump) + self._write(
                 records, o["t_next"], s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev
             )
 
-        kept = (o["y1"], s.mode, s.control, s.pending, s.unresolved, s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev)
-        y, mode, control, pending, unresolved, *events = jax.lax.cond(jnp.any(resolve), handle_all, lambda: kept)
-        return _Kinks(mode, control, pending, unresolved, involved, y, *events)
+        kept = (o["y1"], s.mode, s.control, s.pending, s.unresolved, jnp.zeros(c.L))
+        kept += (s.ev_t, s.ev_k, s.ev_kind, s.ev_dir, s.n_ev)
+        y, mode, control, pending, unresolved, jump, *events = jax.lax.cond(jnp.any(resolve), handle_all, lambda: kept)
+        return _Kinks(mode, control, pending, unresolved, involved, y, jump, *events)
 
     def _onto_surfaces(self, c, y, mode, control, data, tolf, which):
         """The members of ``which`` with their sliding units more than half a round-off
         band off their surfaces put on them (:func:`gflow.kinks.onto_surfaces`):
-        units whose slide started at a disarmed guard's band edge. Computed only when some
-        member has one (outside ``vmap``: the solve is a dense system per layer)."""
+        units whose slide started at a disarmed guard's band edge, and at ``t = 0`` given
+        sliding units of a state saved at looser tolerances. Computed only when some
+        member has one (outside ``vmap``: the solve is a dense system per layer). Returns
+        the new states and the loss change of each member's move (0 where none): a jump
+        the energy identity does not contain, summed into ``stats["surface_jump"]``."""
         system = self.system
 
         def floor(y, mode, control, data, f):
@@ -689,11 +695,13 @@ class _Resolve:
 
         def moved():
             onto = jax.vmap(functools.partial(kinks.onto_surfaces, system))
-            return jnp.where(off[:, None], onto(y, data, mode, control, band), y)
+            new = jnp.where(off[:, None], onto(y, data, mode, control, band), y)
+            loss = jax.vmap(system.loss)
+            return new, jnp.where(off, loss(new, data) - loss(y, data), 0.0)
 
         band, off = jax.vmap(floor)(y, mode, control, data, tolf)
         off = off & which
-        return jax.lax.cond(jnp.any(off), moved, lambda: y)
+        return jax.lax.cond(jnp.any(off), moved, lambda: (y, jnp.zeros(off.shape, y.dtype)))
 
     def _member_handle(self, c, y, mode, control, pending, data, initial, tolf):
         """One member's kinks (:func:`gflow.kinks.resolve`; depth 2:
@@ -770,7 +778,7 @@ class _Advance:
             ev_kind=kinks.ev_kind, ev_dir=kinks.ev_dir, n_ev=kinks.n_ev, saved=saved, save_i=save_i,
             n_acc=s.n_acc + accept, n_rej=s.n_rej + (~o["keep"] & ~has_event), n_iter=n_iter, status=status,
             slot=s.slot, mode0=jnp.where((forced_done & _initial_round(s))[:, None], mode, s.mode0),
-            unresolved=kinks.unresolved, tolf=tolf, data=s.data,
+            unresolved=kinks.unresolved, tolf=tolf, jump=s.jump + jnp.where(accept, kinks.jump, 0.0), data=s.data,
         )  # fmt: skip
 
     def _member_checks(self, c, y, mode, control, data, n_sliding, chord):
@@ -876,6 +884,7 @@ class _Kinks(NamedTuple):
     unresolved: jax.Array
     involved: jax.Array  # the units resolved (changes re-arm their guards)
     y: jax.Array  # the state after them (deep: sliding units put on their surfaces)
+    jump: jax.Array  # the loss change of that move (0 where none)
     ev_t: jax.Array
     ev_k: jax.Array
     ev_kind: jax.Array

@@ -19,9 +19,10 @@ for the member:
 3. **Settle** (:func:`settle`): units whose pre-activations the new modes moved beyond
    their band on the other side of their surfaces take the mode of their side.
 4. **Onto the surfaces** (:func:`onto_surfaces`, called by the integrator for the batch
-   once the modes are decided): sliding units more than half a band off their surfaces
-   are put on them by the least weight change that keeps the balance laws to first
-   order.
+   once the modes are decided, the round at ``t = 0`` included): sliding units more than
+   half a band off their surfaces are put on them by the least weight change that keeps
+   the balance laws to first order; the loss change is summed in the solution's
+   ``stats["surface_jump"]``.
 
 Depth 2 has its own rule, 0.2.4's (:meth:`gflow.events.System.handle`).
 """

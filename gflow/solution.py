@@ -118,7 +118,10 @@ class Solution(eqx.Module):
             in between: :meth:`modes_at`.
         stats: dict of solver statistics: ``num_accepted``, ``num_rejected``,
             ``num_events``, ``num_iterations``, ``tolerance_factor`` (the factor on
-            ``rtol`` and ``atol`` at the end: ``motion_tol`` of :func:`gflow.simulate`).
+            ``rtol`` and ``atol`` at the end: ``motion_tol`` of :func:`gflow.simulate`),
+            ``surface_jump`` (deep networks: the loss change of the moves that put
+            sliding units back on their surfaces, :func:`gflow.kinks.onto_surfaces`,
+            summed; 0 where none was made: see :attr:`energy_defect`).
         initial_loss: the loss at ``t = 0`` (weight decay term included).
         energy: ``E(t) = ∫₀ᵗ ‖θ̇(s)‖² ds``, integrated alongside the flow (one more
             state entry, outside the step-size control). The exact flow has
@@ -154,6 +157,9 @@ class Solution(eqx.Module):
         run that dissipates little (a warm start) shows more at the same tolerance (see
         *Choosing tolerances*); a value that does not shrink means the integrated velocity
         was not the gradient of the loss that fell (e.g. a sliding unit off its surface).
+        The moves that put sliding units back on their surfaces change the loss by
+        ``stats["surface_jump"]`` outside the flow, and the defect includes them:
+        ``L(0) − L(t) + surface_jump − E(t)`` is what the integration left.
         One value, or ``(B,)`` for a batch."""
         drop = np.asarray(self.initial_loss) - np.asarray(self.loss)
         scale = np.maximum(np.maximum(np.abs(drop), np.abs(self.energy)), 1e-14 * np.abs(self.initial_loss))

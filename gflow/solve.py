@@ -109,7 +109,10 @@ def simulate(
             max|p|))`` inside which no event fires (sliding: ``|p|`` within it). A given
             sliding unit whose control in this call's field lies outside [0, 1] (other
             data, loss or weight decay) leaves at ``t = 0`` (a SLIDE_END record), to the
-            side its one-sided rates decide.
+            side its one-sided rates decide. In a deep network a given sliding unit more
+            than half a round-off band of this call off its surface (a state saved at
+            looser tolerances) is put on it at ``t = 0`` (:func:`gflow.kinks.onto_surfaces`),
+            a jump of the loss by ``stats["surface_jump"]``.
         motion_tol: hold the local errors also to this fraction of the distance the
             weights still have to go, for losses that fall by many orders. Near a minimum
             of loss 0 that distance is about ``2L/‖θ̇‖`` (exact for a quadratic loss whose
@@ -391,6 +394,7 @@ def _to_solution(out, loss, gnorm, params, ts, n, hidden):
             num_events=out["n_ev"],
             num_iterations=out["n_iter"],
             tolerance_factor=out["tolf"],
+            surface_jump=out["jump"],
         ),
         initial_loss=out["loss0"],
         energy=out["energy"],

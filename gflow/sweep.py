@@ -400,7 +400,7 @@ def _compute(cfg, X, Y, start, stop, devices):
         initial_modes=np.asarray(sol.initial_modes, np.int8)[:B],
         final_modes=np.asarray(sol.final_modes, np.int8)[:B],
     )
-    for name, value in sol.stats.items():  # counts (int32) and the tolerance factor (float64)
+    for name, value in sol.stats.items():  # counts (int32), the tolerance factor and surface_jump (float64)
         arrays[name] = np.asarray(value)[:B]
     for kind in Kind:  # events of each kind among the recorded ones (the first max_events)
         arrays[f"n_{kind.name.lower()}"] = np.sum(kinds == kind, axis=1).astype(np.int32)
